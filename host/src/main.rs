@@ -1,0 +1,13 @@
+use clap::Parser;
+
+fn main() -> std::process::ExitCode {
+    let cli = gavel::cli::Cli::parse();
+    gavel::telemetry::init(cli.log_format);
+    match gavel::cli::run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}

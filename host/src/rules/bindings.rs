@@ -1,0 +1,9 @@
+//! The only `bindgen!` site: host-side bindings of the `gavel:rules/rule`
+//! world. Everything outside `rules/` uses the re-exports in `rules/mod.rs`.
+
+wasmtime::component::bindgen!({
+    path: "../wit",
+    world: "rule",
+});
+
+pub use gavel::rules::types::{AuthorStats, Event, Item, Level, Phase, Verdict};

@@ -1,0 +1,251 @@
+//! The rule runtime: sandboxed WebAssembly components evaluated under
+//! deadlines and memory caps.
+//!
+//! One wasmtime [`Engine`] (component model, pooling allocator, epoch
+//! interruption driven by one ticker thread), one [`Linker`] with a
+//! locked-down WASI context, an `InstancePre` per plugin, and a fresh `Store`
+//! per evaluation, so nothing one evaluation leaves in memory is visible to
+//! the next. A failing rule yields an [`Evaluation`] with its [`Outcome`];
+//! it never panics or stalls the host.
+
+mod bindings;
+mod evaluation;
+mod limits;
+mod plugin;
+mod sandbox;
+mod snapshot;
+
+pub use bindings::{AuthorStats, Event, Item, Snapshot};
+pub use evaluation::{Decision, Digest, Evaluation, Outcome, PluginStamp};
+pub use limits::{MEMORY_CEILING_BYTES, RuntimeLimits};
+pub use plugin::{LoadError, LoadErrorKind, LoadedPlugin, Phase, PluginInfo};
+pub use snapshot::{fit_snapshot, snapshot_from_spec};
+
+use crate::verdict::Verdict;
+use sandbox::Sandbox;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use wasmtime::component::Linker;
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
+
+/// Linear memory kept mapped in a pool slot between evaluations: the first
+/// pages a small rule touches stay resident, so a fresh instance does not
+/// page-fault on every call. Larger use is returned to the OS.
+const KEEP_RESIDENT_BYTES: usize = 1 << 20;
+
+/// Owns the engine, the linker and the epoch ticker. Clone-free: share it
+/// behind an `Arc`.
+pub struct RuleEngine {
+    engine: Engine,
+    linker: Linker<Sandbox>,
+    limits: RuntimeLimits,
+    ticker: EpochTicker,
+}
+
+impl RuleEngine {
+    /// Builds the engine and starts its epoch ticker thread.
+    pub fn new(limits: RuntimeLimits) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            limits.memory_bytes <= MEMORY_CEILING_BYTES,
+            "memory_bytes {} is over the ceiling of {MEMORY_CEILING_BYTES}",
+            limits.memory_bytes
+        );
+        let slots = limits.max_concurrent_evaluations.max(1);
+        let mut pool = PoolingAllocationConfig::new();
+        pool.total_component_instances(slots)
+            // Components built by componentize-py link a dozen core modules.
+            .max_core_instances_per_component(64)
+            .total_core_instances(slots * 16)
+            .max_memories_per_component(8)
+            .total_memories(slots * 2)
+            .max_tables_per_component(16)
+            .total_tables(slots * 8)
+            .max_memory_size(MEMORY_CEILING_BYTES)
+            .max_core_instance_size(8 << 20)
+            .max_component_instance_size(8 << 20)
+            .linear_memory_keep_resident(KEEP_RESIDENT_BYTES)
+            .table_keep_resident(64 << 10);
+        let mut config = Config::new();
+        config
+            .wasm_component_model(true)
+            .epoch_interruption(true)
+            .max_wasm_stack(limits.stack_bytes)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&config).map_err(|e| anyhow::anyhow!("wasmtime engine: {e:#}"))?;
+
+        let mut linker = Linker::<Sandbox>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .map_err(|e| anyhow::anyhow!("linking WASI: {e:#}"))?;
+        bindings::Rule::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)
+            .map_err(|e| anyhow::anyhow!("linking the host interface: {e:#}"))?;
+
+        let ticker = EpochTicker::start(engine.clone(), limits.epoch_tick);
+        Ok(RuleEngine {
+            engine,
+            linker,
+            limits,
+            ticker,
+        })
+    }
+
+    pub fn limits(&self) -> &RuntimeLimits {
+        &self.limits
+    }
+
+    /// The wasmtime engine, for callers that precompile or serialize components.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    fn new_store(&self, plugin: &str, memory_bytes: usize, deadline: Duration) -> Store<Sandbox> {
+        let mut store = Store::new(
+            &self.engine,
+            Sandbox::new(plugin, memory_bytes, self.limits.max_log_lines),
+        );
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(self.limits.ticks(deadline));
+        store.epoch_deadline_trap();
+        store
+    }
+
+    /// Evaluates `plugin` on `snapshot` in a fresh instance, under the
+    /// deadline of `snapshot.phase` and the memory cap. Blocking: call it from
+    /// a blocking thread. Never panics on guest misbehaviour.
+    pub fn evaluate(&self, plugin: &LoadedPlugin, snapshot: &Snapshot) -> Evaluation {
+        let deadline = match snapshot.phase {
+            bindings::Phase::Sync => self.limits.sync_deadline,
+            bindings::Phase::Async => self.limits.async_deadline,
+        };
+        let started = Instant::now();
+        let mut store = self.new_store(&plugin.stamp.name, self.limits.memory_bytes, deadline);
+        let result = plugin
+            .pre
+            .instantiate(&mut store)
+            .and_then(|rule| rule.call_evaluate(&mut store, snapshot));
+        let duration = started.elapsed();
+        store.data().flush_output();
+        let memory_exceeded = store.data().limiter.exceeded;
+
+        let (outcome, decision, error) = match result {
+            Ok(Ok(raw)) => match self.validate(raw) {
+                Ok(decision) => (Outcome::Ok, Some(decision), None),
+                Err(why) => (Outcome::Invalid, None, Some(why)),
+            },
+            Ok(Err(message)) => (
+                Outcome::Error,
+                None,
+                Some(sandbox::truncate_str(&message, self.limits.max_reason_bytes).to_string()),
+            ),
+            Err(_) if memory_exceeded => (
+                Outcome::Memory,
+                None,
+                Some(format!(
+                    "linear memory cap of {} bytes exceeded",
+                    self.limits.memory_bytes
+                )),
+            ),
+            Err(err) => match err.downcast_ref::<Trap>() {
+                Some(Trap::Interrupt) => (
+                    Outcome::Timeout,
+                    None,
+                    Some(format!("deadline of {} ms exceeded", deadline.as_millis())),
+                ),
+                _ => (Outcome::Trap, None, Some(format!("{err:#}"))),
+            },
+        };
+        Evaluation {
+            plugin: plugin.stamp.clone(),
+            outcome,
+            decision,
+            error,
+            duration,
+        }
+    }
+
+    /// Applies the output limits; a decision outside them is `invalid`.
+    fn validate(&self, raw: bindings::Decision) -> Result<Decision, String> {
+        let l = &self.limits;
+        if !raw.score.is_finite() {
+            return Err(format!("score {} is not a finite number", raw.score));
+        }
+        if raw.reason.len() > l.max_reason_bytes {
+            return Err(format!(
+                "reason is {} bytes, over {}",
+                raw.reason.len(),
+                l.max_reason_bytes
+            ));
+        }
+        if raw.labels.len() > l.max_labels {
+            return Err(format!(
+                "{} labels, over {}",
+                raw.labels.len(),
+                l.max_labels
+            ));
+        }
+        if let Some(label) = raw
+            .labels
+            .iter()
+            .find(|s| s.is_empty() || s.len() > l.max_label_bytes)
+        {
+            return Err(format!(
+                "label {:?} must be 1-{} bytes",
+                sandbox::truncate_str(label, 80),
+                l.max_label_bytes
+            ));
+        }
+        Ok(Decision {
+            verdict: match raw.verdict {
+                bindings::Verdict::Allow => Verdict::Allow,
+                bindings::Verdict::Flag => Verdict::Flag,
+                bindings::Verdict::Hold => Verdict::Hold,
+                bindings::Verdict::Reject => Verdict::Reject,
+            },
+            score: raw.score.clamp(0.0, 1.0),
+            labels: raw.labels,
+            reason: raw.reason,
+        })
+    }
+}
+
+impl Drop for RuleEngine {
+    fn drop(&mut self) {
+        self.ticker.stop();
+    }
+}
+
+/// The one thread that advances the engine's epoch every tick; deadlines
+/// are counted in ticks.
+struct EpochTicker {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EpochTicker {
+    fn start(engine: Engine, tick: Duration) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("gavel-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(tick);
+                    engine.increment_epoch();
+                }
+            })
+            .expect("spawning the epoch ticker thread");
+        EpochTicker {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn stop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            // The thread only sleeps and increments; joining takes one tick.
+            let _ = t.join();
+        }
+    }
+}

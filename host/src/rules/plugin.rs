@@ -1,0 +1,296 @@
+//! Loading a component file: size and format checks, compilation,
+//! linking against the `rule` world, and one `info()` call.
+
+use super::RuleEngine;
+use super::bindings::{self, RulePre};
+use super::evaluation::{Digest, PluginStamp};
+use super::sandbox::{Sandbox, truncate_str};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use wasmtime::component::Component;
+
+/// When a rule runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Sync,
+    Async,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Sync => "sync",
+            Phase::Async => "async",
+        }
+    }
+}
+
+impl From<bindings::Phase> for Phase {
+    fn from(p: bindings::Phase) -> Self {
+        match p {
+            bindings::Phase::Sync => Phase::Sync,
+            bindings::Phase::Async => Phase::Async,
+        }
+    }
+}
+
+impl From<Phase> for bindings::Phase {
+    fn from(p: Phase) -> Self {
+        match p {
+            Phase::Sync => bindings::Phase::Sync,
+            Phase::Async => bindings::Phase::Async,
+        }
+    }
+}
+
+/// What a plugin says about itself, validated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PluginInfo {
+    pub name: String,
+    pub version: String,
+    pub description: String,
+    pub phases: Vec<Phase>,
+}
+
+/// Why a file was not loaded. Every variant names what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadErrorKind {
+    #[error("cannot read the file: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("file is {size} bytes, over the limit of {max} bytes")]
+    TooLarge { size: u64, max: u64 },
+    #[error(
+        "precompiled native code is never loaded from the plugin directory; deploy the .wasm component"
+    )]
+    Precompiled,
+    #[error("not a WebAssembly file (no \\0asm header)")]
+    NotWasm,
+    #[error(
+        "a core WebAssembly module, not a component; build with `--target wasm32-wasip2` or run `wasm-tools component new`"
+    )]
+    CoreModule,
+    #[error("unsupported WebAssembly binary version or layer {0:02x?}")]
+    UnknownVersion([u8; 4]),
+    #[error("does not compile: {0}")]
+    Compile(String),
+    #[error("does not implement the gavel:rules/rule world: {0}")]
+    WrongWorld(String),
+    #[error("info() failed: {0}")]
+    Info(String),
+    #[error("info() returned an invalid description: {0}")]
+    BadInfo(String),
+}
+
+/// A file that could not be loaded, and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {kind}", path.display())]
+pub struct LoadError {
+    pub path: PathBuf,
+    pub kind: LoadErrorKind,
+}
+
+/// A compiled, linked, validated plugin, ready to evaluate. Cheap to share:
+/// an evaluation holds an `Arc<LoadedPlugin>`, so a reload never swaps code
+/// under a running evaluation.
+pub struct LoadedPlugin {
+    pub info: PluginInfo,
+    pub stamp: Arc<PluginStamp>,
+    pub path: PathBuf,
+    /// Size of the component file in bytes.
+    pub size: u64,
+    /// Time spent compiling (zero when it came from a compilation cache).
+    pub compile_time: Duration,
+    pub(crate) pre: RulePre<Sandbox>,
+}
+
+impl std::fmt::Debug for LoadedPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedPlugin")
+            .field("info", &self.info)
+            .field("digest", &self.stamp.digest)
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+const WASM_MAGIC: &[u8; 4] = b"\0asm";
+const CORE_MODULE_VERSION: [u8; 4] = [1, 0, 0, 0];
+const COMPONENT_VERSION: [u8; 4] = [0x0d, 0, 1, 0];
+const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
+
+/// Checks the bytes are a component before handing them to the compiler,
+/// so the common mistakes get a precise message.
+fn check_format(path: &Path, bytes: &[u8]) -> Result<(), LoadErrorKind> {
+    if path.extension().is_some_and(|e| e == "cwasm") || bytes.starts_with(ELF_MAGIC) {
+        return Err(LoadErrorKind::Precompiled);
+    }
+    if bytes.len() < 8 || &bytes[..4] != WASM_MAGIC {
+        return Err(LoadErrorKind::NotWasm);
+    }
+    let version: [u8; 4] = bytes[4..8].try_into().expect("slice of length 4");
+    match version {
+        COMPONENT_VERSION => Ok(()),
+        CORE_MODULE_VERSION => Err(LoadErrorKind::CoreModule),
+        other => Err(LoadErrorKind::UnknownVersion(other)),
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+}
+
+impl RuleEngine {
+    /// Reads, validates, compiles and links a component file, then calls its
+    /// `info()` once. Blocking and CPU-heavy (compilation): call it from a
+    /// blocking thread, never from the async runtime.
+    pub fn load_file(&self, path: &Path) -> Result<LoadedPlugin, LoadError> {
+        let read = || -> Result<Vec<u8>, LoadErrorKind> {
+            let size = std::fs::metadata(path)?.len();
+            if size > self.limits.max_file_bytes {
+                return Err(LoadErrorKind::TooLarge {
+                    size,
+                    max: self.limits.max_file_bytes,
+                });
+            }
+            Ok(std::fs::read(path)?)
+        };
+        let bytes = read().map_err(|kind| LoadError {
+            path: path.to_path_buf(),
+            kind,
+        })?;
+        self.load_bytes(path, &bytes)
+    }
+
+    /// Like [`RuleEngine::load_file`], for bytes already read from `path`
+    /// (the path only names the plugin in errors and in `LoadedPlugin`).
+    pub fn load_bytes(&self, path: &Path, bytes: &[u8]) -> Result<LoadedPlugin, LoadError> {
+        self.load_inner(path, bytes).map_err(|kind| LoadError {
+            path: path.to_path_buf(),
+            kind,
+        })
+    }
+
+    fn load_inner(&self, path: &Path, bytes: &[u8]) -> Result<LoadedPlugin, LoadErrorKind> {
+        let size = bytes.len() as u64;
+        if size > self.limits.max_file_bytes {
+            return Err(LoadErrorKind::TooLarge {
+                size,
+                max: self.limits.max_file_bytes,
+            });
+        }
+        check_format(path, bytes)?;
+        let digest = Digest::of(bytes);
+        let started = Instant::now();
+        let component = Component::new(&self.engine, bytes)
+            .map_err(|e| LoadErrorKind::Compile(format!("{e:#}")))?;
+        let compile_time = started.elapsed();
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| LoadErrorKind::WrongWorld(format!("{e:#}")))?;
+        let pre = RulePre::new(pre).map_err(|e| LoadErrorKind::WrongWorld(format!("{e:#}")))?;
+        let info = self.call_info(&pre)?;
+        Ok(LoadedPlugin {
+            stamp: Arc::new(PluginStamp {
+                name: info.name.clone(),
+                version: info.version.clone(),
+                digest,
+            }),
+            info,
+            path: path.to_path_buf(),
+            size,
+            compile_time,
+            pre,
+        })
+    }
+
+    fn call_info(&self, pre: &RulePre<Sandbox>) -> Result<PluginInfo, LoadErrorKind> {
+        let mut store = self.new_store(
+            "(loading)",
+            self.limits.memory_bytes,
+            self.limits.async_deadline,
+        );
+        let raw = pre
+            .instantiate(&mut store)
+            .and_then(|rule| rule.call_info(&mut store))
+            .map_err(|e| LoadErrorKind::Info(format!("{e:#}")));
+        store.data().flush_output();
+        let raw = raw?;
+        if !valid_name(&raw.name) {
+            return Err(LoadErrorKind::BadInfo(format!(
+                "name {:?} must be 1-64 bytes of lowercase letters, digits and '-'",
+                truncate_str(&raw.name, 80)
+            )));
+        }
+        if raw.version.is_empty()
+            || raw.version.len() > 64
+            || raw.version.chars().any(char::is_control)
+        {
+            return Err(LoadErrorKind::BadInfo(
+                "version must be 1-64 printable bytes".into(),
+            ));
+        }
+        if raw.phases.is_empty() {
+            return Err(LoadErrorKind::BadInfo("declares no phase".into()));
+        }
+        let mut phases: Vec<Phase> = raw.phases.into_iter().map(Phase::from).collect();
+        phases.sort_by_key(|p| *p as u8);
+        phases.dedup();
+        Ok(PluginInfo {
+            name: raw.name,
+            version: raw.version,
+            description: truncate_str(&raw.description, 256).to_string(),
+            phases,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn format_check_names_the_mistake() {
+        let p = Path::new("x.wasm");
+        assert!(matches!(
+            check_format(p, b"\0asm\x01\0\0\0"),
+            Err(LoadErrorKind::CoreModule)
+        ));
+        assert!(matches!(check_format(p, b"\0asm\x0d\0\x01\0"), Ok(())));
+        assert!(matches!(
+            check_format(p, b"garbage!"),
+            Err(LoadErrorKind::NotWasm)
+        ));
+        assert!(matches!(
+            check_format(p, b"\0as"),
+            Err(LoadErrorKind::NotWasm)
+        ));
+        assert!(matches!(
+            check_format(p, b"\x7fELF\x02\x01\x01\0"),
+            Err(LoadErrorKind::Precompiled)
+        ));
+        assert!(matches!(
+            check_format(Path::new("x.cwasm"), b"\0asm\x0d\0\x01\0"),
+            Err(LoadErrorKind::Precompiled)
+        ));
+    }
+
+    #[test]
+    fn plugin_names() {
+        assert!(valid_name("link-spam"));
+        assert!(valid_name("rule2"));
+        assert!(!valid_name(""));
+        assert!(!valid_name("Link"));
+        assert!(!valid_name("-x"));
+        assert!(!valid_name("a/b"));
+        assert!(!valid_name(&"a".repeat(65)));
+    }
+}

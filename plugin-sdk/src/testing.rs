@@ -1,0 +1,209 @@
+//! The native test harness: a rule's unit tests run with plain `cargo test`
+//! on the host target, no wasm toolchain or runtime involved.
+//!
+//! ```
+//! use gavel_plugin_sdk::testing::SnapshotBuilder;
+//! let snapshot = SnapshotBuilder::new().text("hello").counter("flag", 3).config("quorum", "5").build();
+//! assert_eq!(snapshot.counter("flag"), 3);
+//! assert_eq!(snapshot.config_or("quorum", 0).unwrap(), 5);
+//! ```
+
+use crate::{AuthorStats, Event, Item, Level, Phase, Snapshot};
+use std::cell::RefCell;
+
+thread_local! {
+    static LOGS: RefCell<Vec<(Level, String)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Called by [`crate::log`] on native targets: keeps the line for
+/// [`take_logs`] and echoes it to stderr (shown by `cargo test` on failure).
+pub(crate) fn capture_log(level: Level, message: &str) {
+    eprintln!("[plugin {level:?}] {message}");
+    LOGS.with(|logs| logs.borrow_mut().push((level, message.to_string())));
+}
+
+/// The lines the rule logged on this thread since the last call.
+pub fn take_logs() -> Vec<(Level, String)> {
+    LOGS.with(|logs| std::mem::take(&mut *logs.borrow_mut()))
+}
+
+/// Builds a [`Snapshot`] with sensible defaults (an async-phase `post` by
+/// `author-1`, version 1, no counters).
+#[derive(Debug, Clone)]
+pub struct SnapshotBuilder {
+    snapshot: Snapshot,
+}
+
+impl Default for SnapshotBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SnapshotBuilder {
+    pub fn new() -> Self {
+        SnapshotBuilder {
+            snapshot: Snapshot {
+                item: Item {
+                    id: "item-1".into(),
+                    kind: "post".into(),
+                    author: "author-1".into(),
+                    text: String::new(),
+                    text_truncated: false,
+                    context: Vec::new(),
+                    created_at_ms: 0,
+                    version: 1,
+                },
+                counters: Vec::new(),
+                author: AuthorStats {
+                    recent_items: 0,
+                    rejected_items: 0,
+                    held_items: 0,
+                },
+                duplicate_count: 0,
+                trigger: Vec::new(),
+                config: Vec::new(),
+                phase: Phase::Async,
+                now_ms: 0,
+            },
+        }
+    }
+
+    pub fn text(mut self, text: &str) -> Self {
+        self.snapshot.item.text = text.into();
+        self
+    }
+
+    pub fn kind(mut self, kind: &str) -> Self {
+        self.snapshot.item.kind = kind.into();
+        self
+    }
+
+    pub fn author(mut self, author: &str) -> Self {
+        self.snapshot.item.author = author.into();
+        self
+    }
+
+    pub fn context(mut self, key: &str, value: &str) -> Self {
+        self.snapshot.item.context.push((key.into(), value.into()));
+        self
+    }
+
+    pub fn counter(mut self, name: &str, value: u64) -> Self {
+        self.snapshot.counters.retain(|(n, _)| n != name);
+        self.snapshot.counters.push((name.into(), value));
+        self
+    }
+
+    pub fn config(mut self, key: &str, value: &str) -> Self {
+        self.snapshot.config.retain(|(k, _)| k != key);
+        self.snapshot.config.push((key.into(), value.into()));
+        self
+    }
+
+    pub fn duplicate_count(mut self, count: u32) -> Self {
+        self.snapshot.duplicate_count = count;
+        self
+    }
+
+    pub fn author_stats(mut self, recent_items: u32, rejected_items: u32, held_items: u32) -> Self {
+        self.snapshot.author = AuthorStats {
+            recent_items,
+            rejected_items,
+            held_items,
+        };
+        self
+    }
+
+    pub fn trigger(mut self, kind: &str, actor: &str, at_ms: u64) -> Self {
+        self.snapshot.trigger.push(Event {
+            kind: kind.into(),
+            actor: actor.into(),
+            at_ms,
+        });
+        self
+    }
+
+    pub fn phase(mut self, phase: Phase) -> Self {
+        self.snapshot.phase = phase;
+        self
+    }
+
+    pub fn build(self) -> Snapshot {
+        self.snapshot
+    }
+}
+
+#[cfg(feature = "spec")]
+mod cases {
+    use super::*;
+    use crate::Rule;
+    use crate::spec::{SnapshotSpec, parse_cases};
+
+    impl From<&SnapshotSpec> for Snapshot {
+        fn from(spec: &SnapshotSpec) -> Self {
+            Snapshot {
+                item: Item {
+                    id: spec.item.id.clone(),
+                    kind: spec.item.kind.clone(),
+                    author: spec.item.author.clone(),
+                    text: spec.item.text.clone(),
+                    text_truncated: spec.item.text_truncated,
+                    context: spec.item.context.clone().into_iter().collect(),
+                    created_at_ms: spec.item.created_at_ms,
+                    version: spec.item.version,
+                },
+                counters: spec.counters.clone().into_iter().collect(),
+                author: AuthorStats {
+                    recent_items: spec.author.recent_items,
+                    rejected_items: spec.author.rejected_items,
+                    held_items: spec.author.held_items,
+                },
+                duplicate_count: spec.duplicate_count,
+                trigger: spec
+                    .trigger
+                    .iter()
+                    .map(|e| Event {
+                        kind: e.kind.clone(),
+                        actor: e.actor.clone(),
+                        at_ms: e.at_ms,
+                    })
+                    .collect(),
+                config: spec.config.clone().into_iter().collect(),
+                phase: if spec.phase == "sync" {
+                    Phase::Sync
+                } else {
+                    Phase::Async
+                },
+                now_ms: spec.now_ms,
+            }
+        }
+    }
+
+    /// Runs every case of a `cases.json` document through `R` and panics with
+    /// the list of failing cases. The host's integration tests run the same
+    /// document through the built `.wasm`, so both must agree.
+    pub fn run_cases<R: Rule>(json: &str) {
+        let cases = parse_cases(json).expect("cases.json does not parse");
+        assert!(!cases.is_empty(), "cases.json holds no case");
+        let failures: Vec<String> = cases
+            .iter()
+            .filter_map(|case| {
+                let snapshot = Snapshot::from(&case.snapshot);
+                let result = match R::evaluate(&snapshot) {
+                    Ok(d) => case.expect.check(d.verdict.as_str(), &d.labels),
+                    Err(e) => Err(format!("rule returned an error: {e}")),
+                };
+                result.err().map(|e| format!("{}: {e}", case.name))
+            })
+            .collect();
+        assert!(
+            failures.is_empty(),
+            "failing cases:\n  {}",
+            failures.join("\n  ")
+        );
+    }
+}
+
+#[cfg(feature = "spec")]
+pub use cases::run_cases;
