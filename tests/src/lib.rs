@@ -1,1 +1,114 @@
+//! Shared harness for gavel's integration tests.
+//!
+//! The guests (example plugins, the Python example, misbehaving fixtures) are
+//! built by `build.rs` and exposed in [`guests`] as paths to real `.wasm`
+//! components.
 
+use gavel::rules::{
+    Evaluation, LoadedPlugin, RuleEngine, RuntimeLimits, Snapshot, fit_snapshot, snapshot_from_spec,
+};
+use gavel_plugin_sdk::spec::SnapshotSpec;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Paths of the built guest components, one constant per guest
+/// (`guests::LINK_SPAM`, `guests::MISBEHAVE`, `guests::SHOUTING`, ...).
+pub mod guests {
+    include!(concat!(env!("OUT_DIR"), "/guests.rs"));
+}
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// The example plugins: (component path, `cases.json` path).
+pub fn example_plugins() -> Vec<(&'static str, PathBuf)> {
+    let root = repo_root();
+    vec![
+        (guests::LINK_SPAM, root.join("plugins/link-spam/cases.json")),
+        (
+            guests::DUPLICATE_BURST,
+            root.join("plugins/duplicate-burst/cases.json"),
+        ),
+        (
+            guests::FLAG_RATIO,
+            root.join("plugins/flag-ratio/cases.json"),
+        ),
+        (
+            guests::BANNED_TERMS,
+            root.join("plugins/banned-terms/cases.json"),
+        ),
+        (
+            guests::SHOUTING,
+            root.join("plugins/python/shouting/cases.json"),
+        ),
+    ]
+}
+
+/// Limits shrunk for tests (RELIABILITY.md): deadlines short enough that a
+/// runaway rule costs the suite little.
+pub fn test_limits() -> RuntimeLimits {
+    RuntimeLimits {
+        async_deadline: Duration::from_millis(100),
+        sync_deadline: Duration::from_millis(20),
+        ..RuntimeLimits::default()
+    }
+}
+
+/// An engine with [`test_limits`].
+pub fn engine() -> RuleEngine {
+    RuleEngine::new(test_limits()).expect("building the rule engine")
+}
+
+/// Loads a guest, panicking with the load error if it does not load.
+pub fn load(engine: &RuleEngine, path: &str) -> LoadedPlugin {
+    engine
+        .load_file(Path::new(path))
+        .unwrap_or_else(|e| panic!("loading {path}: {e}"))
+}
+
+/// A snapshot with `text` and the given config pairs.
+pub fn snapshot(text: &str, config: &[(&str, &str)]) -> Snapshot {
+    let mut spec = SnapshotSpec::default();
+    spec.item.text = text.into();
+    spec.config = config
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    snapshot_from_spec(&spec)
+}
+
+/// Evaluates `plugin` on a spec, fitted to the engine's snapshot limit as the host does.
+pub fn evaluate_spec(
+    engine: &RuleEngine,
+    plugin: &LoadedPlugin,
+    spec: &SnapshotSpec,
+) -> Evaluation {
+    let mut s = snapshot_from_spec(spec);
+    fit_snapshot(&mut s, engine.limits().max_snapshot_bytes);
+    engine.evaluate(plugin, &s)
+}
+
+/// Resident set size of this process, in bytes (Linux).
+pub fn rss_bytes() -> u64 {
+    proc_status_kib("VmRSS:") * 1024
+}
+
+/// Threads of this process (Linux).
+pub fn thread_count() -> u64 {
+    proc_status_kib("Threads:")
+}
+
+fn proc_status_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("reading /proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{field} missing from /proc/self/status"))
+}

@@ -1,1 +1,154 @@
-fn main() {}
+//! gavel's developer commands, run as `cargo xtask <command>`:
+//!
+//! - `run`: install what is missing, build the example plugins, and run them.
+//! - `test`: install what is missing, then run every test.
+//! - `build-plugins [DIR]`: build the example plugins and copy them, named
+//!   after the plugin (`link-spam.wasm`, ...), into DIR (default `target/plugins`).
+//!
+//! Each command installs what a fresh machine lacks (the wasm32-wasip2
+//! target, componentize-py) or says exactly what is missing.
+
+include!("guests.rs");
+
+use anyhow::{Context, bail};
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    std::env::set_current_dir(&root)?;
+    match args.first().map(String::as_str) {
+        Some("run") => run(&root),
+        Some("test") => test(&root),
+        Some("build-plugins") => {
+            let dir = args
+                .get(1)
+                .map(PathBuf::from)
+                .unwrap_or_else(|| root.join("target/plugins"));
+            build_plugins(&root, &dir).map(|_| ())
+        }
+        _ => {
+            eprintln!("usage: cargo xtask run | test | build-plugins [DIR]");
+            std::process::exit(2)
+        }
+    }
+}
+
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
+}
+
+fn sh(cmd: &mut Command) -> anyhow::Result<()> {
+    eprintln!("$ {}", describe(cmd));
+    let status = cmd
+        .status()
+        .with_context(|| format!("running {}", describe(cmd)))?;
+    if !status.success() {
+        bail!("{} failed ({status})", describe(cmd));
+    }
+    Ok(())
+}
+
+fn describe(cmd: &Command) -> String {
+    std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn output(cmd: &mut Command) -> Option<String> {
+    let out = cmd.output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The wasm32-wasip2 target, via rustup.
+fn ensure_wasm_target() -> anyhow::Result<()> {
+    let installed = output(Command::new("rustup").args(["target", "list", "--installed"]))
+        .context("rustup is needed to install the wasm32-wasip2 target")?;
+    if !installed.lines().any(|l| l.trim() == WASM_TARGET) {
+        sh(Command::new("rustup").args(["target", "add", WASM_TARGET]))?;
+    }
+    Ok(())
+}
+
+/// componentize-py at the pinned version, via pip.
+fn ensure_componentize_py() -> anyhow::Result<()> {
+    let wanted = COMPONENTIZE_PY.split("==").nth(1).unwrap();
+    let have = output(Command::new("componentize-py").arg("--version")).unwrap_or_default();
+    if !have.contains(wanted) {
+        let python = ["python3", "python"]
+            .into_iter()
+            .find(|p| output(Command::new(p).arg("--version")).is_some())
+            .context("python3 with pip is needed to install componentize-py")?;
+        sh(Command::new(python).args(["-m", "pip", "install", "--quiet", COMPONENTIZE_PY]))?;
+    }
+    Ok(())
+}
+
+/// Builds the example plugins (Rust and Python) and copies them into `dir`
+/// as `NAME.wasm`; returns (plugin path, cases.json path) pairs.
+fn build_plugins(root: &Path, dir: &Path) -> anyhow::Result<Vec<(PathBuf, PathBuf)>> {
+    ensure_wasm_target()?;
+    ensure_componentize_py()?;
+    let target = root.join("target/guests");
+    let mut built = build_rust_guests(&cargo(), &root.join("plugins/Cargo.toml"), &target)
+        .map_err(anyhow::Error::msg)?
+        .into_iter()
+        .map(|g| (g.clone(), root.join("plugins").join(&g.name)))
+        .collect::<Vec<_>>();
+    let py = root.join("plugins/python/shouting");
+    let guest = build_python_guest(&py, &root.join("wit"), &target.join("python/shouting.wasm"))
+        .map_err(anyhow::Error::msg)?;
+    built.push((guest, py));
+
+    std::fs::create_dir_all(dir)?;
+    let mut deployed = Vec::new();
+    for (guest, src) in built {
+        let dest = dir.join(format!("{}.wasm", guest.name));
+        // Copy then rename: the plugin directory never holds a half-written file.
+        let tmp = dir.join(format!(".{}.wasm.tmp", guest.name));
+        std::fs::copy(&guest.wasm, &tmp)
+            .with_context(|| format!("copying {}", guest.wasm.display()))?;
+        std::fs::rename(&tmp, &dest)?;
+        deployed.push((dest, src.join("cases.json")));
+    }
+    eprintln!("built {} plugins into {}", deployed.len(), dir.display());
+    Ok(deployed)
+}
+
+fn gavel_binary(root: &Path) -> anyhow::Result<PathBuf> {
+    sh(Command::new(cargo()).args(["build", "--quiet", "--release", "-p", "gavel"]))?;
+    Ok(root.join("target/release/gavel"))
+}
+
+fn run(root: &Path) -> anyhow::Result<()> {
+    let plugins = build_plugins(root, &root.join("target/plugins"))?;
+    let gavel = gavel_binary(root)?;
+    for (wasm, cases) in &plugins {
+        println!();
+        sh(Command::new(&gavel).args(["plugin", "check"]).arg(wasm))?;
+        sh(Command::new(&gavel)
+            .args(["plugin", "test"])
+            .arg(wasm)
+            .arg("--cases")
+            .arg(cases))?;
+    }
+    Ok(())
+}
+
+fn test(root: &Path) -> anyhow::Result<()> {
+    ensure_wasm_target()?;
+    ensure_componentize_py()?;
+    // Host crates and integration tests (the tests' build script builds every guest).
+    sh(Command::new(cargo()).args(["test", "--workspace"]))?;
+    // The example plugins' unit tests, natively through the SDK harness.
+    sh(Command::new(cargo())
+        .args(["test", "--manifest-path"])
+        .arg(root.join("plugins/Cargo.toml")))?;
+    Ok(())
+}

@@ -1,0 +1,53 @@
+"""Shouting: holds posts written mostly in capitals, gavel's example rule in Python.
+
+Built into a WebAssembly component with componentize-py against the same WIT
+contract as the Rust rules:
+
+    componentize-py -d ../../../wit -w rule componentize app -o shouting.wasm
+
+Config (sidecar `[config]`): `min_letters` (default 12) letters before the
+rule looks at case; `caps_ratio` (default 0.8) share of capitals that counts
+as shouting; three `!` or more in a row turn a hold into a reject.
+"""
+
+import wit_world
+from wit_world.imports import host
+from wit_world.imports.types import Decision, Level, Phase, PluginInfo, Snapshot, Verdict
+from componentize_py_types import Err
+
+
+def config(snapshot: Snapshot, key: str, default: float) -> float:
+    for k, v in snapshot.config:
+        if k == key:
+            try:
+                return float(v)
+            except ValueError:
+                raise Err(f"config `{key}`: cannot parse {v!r}")
+    return default
+
+
+class WitWorld(wit_world.WitWorld):
+    def info(self) -> PluginInfo:
+        return PluginInfo(
+            name="shouting",
+            version="1.0.0",
+            description="Holds posts written mostly in capitals",
+            phases=[Phase.ASYNC],
+        )
+
+    def evaluate(self, input: Snapshot) -> Decision:
+        min_letters = config(input, "min_letters", 12)
+        caps_ratio = config(input, "caps_ratio", 0.8)
+        text = input.item.text
+        letters = [c for c in text if c.isalpha()]
+        if len(letters) < min_letters:
+            return Decision(verdict=Verdict.ALLOW, score=0.0, labels=[], reason="")
+        upper = sum(1 for c in letters if c.isupper())
+        ratio = upper / len(letters)
+        if ratio < caps_ratio:
+            return Decision(verdict=Verdict.ALLOW, score=0.0, labels=[], reason="")
+        reason = f"{ratio:.0%} of {len(letters)} letters are capitals"
+        if "!!!" in text:
+            host.log(Level.INFO, f"item {input.item.id}: shouting with exclamation marks")
+            return Decision(verdict=Verdict.REJECT, score=min(1.0, ratio), labels=["shouting"], reason=reason + ", with !!!")
+        return Decision(verdict=Verdict.HOLD, score=min(1.0, ratio), labels=["shouting"], reason=reason)

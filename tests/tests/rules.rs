@@ -1,0 +1,260 @@
+//! The rule runtime against real components: the example plugins' cases,
+//! misbehaving plugins (RELIABILITY.md W1, W3, W4, W8) and bad files (W5).
+
+use gavel::rules::{Digest, LoadErrorKind, Outcome, RuleEngine, RuntimeLimits};
+use gavel_plugin_sdk::spec::parse_cases;
+use gavel_tests::{engine, evaluate_spec, example_plugins, guests, load, snapshot, thread_count};
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// One engine for the whole file, like a host process has.
+fn shared_engine() -> &'static RuleEngine {
+    static ENGINE: OnceLock<RuleEngine> = OnceLock::new();
+    ENGINE.get_or_init(engine)
+}
+
+#[test]
+fn example_plugins_pass_their_cases_through_the_runtime() {
+    let engine = shared_engine();
+    for (wasm, cases) in example_plugins() {
+        let plugin = load(engine, wasm);
+        let cases = parse_cases(&std::fs::read_to_string(&cases).unwrap()).unwrap();
+        assert!(cases.len() >= 5, "{}: too few cases", plugin.info.name);
+        for case in cases {
+            let e = evaluate_spec(engine, &plugin, &case.snapshot);
+            let d = e.decision.as_ref().unwrap_or_else(|| {
+                panic!(
+                    "{} / {}: {:?} {:?}",
+                    plugin.info.name, case.name, e.outcome, e.error
+                )
+            });
+            if let Err(why) = case.expect.check(d.verdict.as_str(), &d.labels) {
+                panic!("{} / {}: {why}", plugin.info.name, case.name);
+            }
+        }
+    }
+}
+
+#[test]
+fn every_evaluation_is_stamped_with_name_version_and_file_digest() {
+    let engine = shared_engine();
+    for (wasm, _) in example_plugins() {
+        let plugin = load(engine, wasm);
+        let e = engine.evaluate(&plugin, &snapshot("hello", &[]));
+        assert_eq!(e.outcome, Outcome::Ok);
+        assert_eq!(e.plugin.name, plugin.info.name);
+        assert_eq!(e.plugin.version, "1.0.0");
+        assert_eq!(e.plugin.digest, Digest::of(&std::fs::read(wasm).unwrap()));
+        assert!(e.duration > Duration::ZERO);
+    }
+}
+
+#[test]
+fn infinite_loop_times_out_within_deadline_while_healthy_traffic_flows() {
+    // A short deadline so that 100 runaway evaluations cost the suite 2 s.
+    let engine = &RuleEngine::new(RuntimeLimits {
+        async_deadline: Duration::from_millis(20),
+        ..gavel_tests::test_limits()
+    })
+    .unwrap();
+    let looping = load(engine, guests::MISBEHAVE);
+    let healthy = load(engine, guests::FLAG_RATIO);
+    let deadline = engine.limits().async_deadline;
+    let threads_before = thread_count();
+    std::thread::scope(|s| {
+        let healthy_runs = s.spawn(|| {
+            let mut ok = 0;
+            let stop = Instant::now() + Duration::from_millis(1500);
+            while Instant::now() < stop {
+                let e = engine.evaluate(&healthy, &snapshot("hello", &[]));
+                assert_eq!(
+                    e.outcome,
+                    Outcome::Ok,
+                    "healthy evaluation failed: {:?}",
+                    e.error
+                );
+                ok += 1;
+            }
+            ok
+        });
+        for _ in 0..100 {
+            let started = Instant::now();
+            let e = engine.evaluate(&looping, &snapshot("x", &[("mode", "loop")]));
+            let took = started.elapsed();
+            assert_eq!(e.outcome, Outcome::Timeout, "{:?}", e.error);
+            assert!(took < deadline + Duration::from_millis(50), "took {took:?}");
+            assert!(
+                took >= deadline.saturating_sub(Duration::from_millis(2)),
+                "stopped early: {took:?}"
+            );
+        }
+        assert!(healthy_runs.join().unwrap() > 10);
+    });
+    assert_eq!(
+        thread_count(),
+        threads_before,
+        "evaluations must not leave threads behind"
+    );
+}
+
+#[test]
+fn traps_are_outcomes_never_host_panics() {
+    let engine = shared_engine();
+    let plugin = load(engine, guests::MISBEHAVE);
+    for mode in ["recurse", "unreachable", "divide", "panic"] {
+        for _ in 0..1000 {
+            let e = engine.evaluate(&plugin, &snapshot("x", &[("mode", mode)]));
+            assert_eq!(e.outcome, Outcome::Trap, "{mode}: {:?}", e.error);
+            assert!(e.decision.is_none());
+            assert!(e.error.as_deref().is_some_and(|m| !m.is_empty()));
+        }
+    }
+}
+
+#[test]
+fn the_sandbox_denies_files_environment_and_network() {
+    let engine = shared_engine();
+    let plugin = load(engine, guests::MISBEHAVE);
+    let e = engine.evaluate(&plugin, &snapshot("x", &[("mode", "probe")]));
+    assert_eq!(e.outcome, Outcome::Ok, "{:?}", e.error);
+    assert_eq!(
+        e.decision.unwrap().reason,
+        "file=denied dir=denied env=empty net=denied"
+    );
+}
+
+#[test]
+fn a_secret_left_in_memory_is_not_visible_to_the_next_evaluation() {
+    let engine = shared_engine();
+    let plugin = load(engine, guests::MISBEHAVE);
+    for i in 0..50 {
+        let secret = format!("hunter{i}");
+        let e = engine.evaluate(
+            &plugin,
+            &snapshot("x", &[("mode", "secret"), ("secret", &secret)]),
+        );
+        assert_eq!(
+            e.decision.unwrap().reason,
+            "saw nothing",
+            "evaluation {i} saw a previous secret"
+        );
+    }
+}
+
+#[test]
+fn out_of_contract_results_are_invalid_or_error() {
+    let engine = shared_engine();
+    let plugin = load(engine, guests::MISBEHAVE);
+    let invalid = engine.evaluate(&plugin, &snapshot("x", &[("mode", "invalid")]));
+    assert_eq!(invalid.outcome, Outcome::Invalid);
+    assert!(invalid.error.unwrap().contains("100 labels"));
+    let error = engine.evaluate(&plugin, &snapshot("x", &[("mode", "error")]));
+    assert_eq!(error.outcome, Outcome::Error);
+    assert_eq!(error.error.as_deref(), Some("cannot decide"));
+    // A rule logging 10,000 lines is cut off by the log budget and still succeeds.
+    let flood = engine.evaluate(&plugin, &snapshot("x", &[("mode", "log-flood")]));
+    assert_eq!(flood.outcome, Outcome::Ok, "{:?}", flood.error);
+}
+
+#[test]
+fn a_thousand_healthy_evaluations_interleaved_with_failing_ones_all_succeed() {
+    let engine = shared_engine();
+    let healthy = load(engine, guests::LINK_SPAM);
+    let failing = load(engine, guests::MISBEHAVE);
+    let modes = ["unreachable", "recurse", "invalid", "error", "divide"];
+    let held = snapshot(
+        "http://a.example http://b.example http://c.example http://d.example",
+        &[],
+    );
+    for i in 0..1000 {
+        let e = engine.evaluate(&healthy, &held);
+        assert_eq!(
+            e.outcome,
+            Outcome::Ok,
+            "healthy evaluation {i}: {:?}",
+            e.error
+        );
+        assert_eq!(e.decision.unwrap().verdict, gavel::verdict::Verdict::Hold);
+        let bad = engine.evaluate(
+            &failing,
+            &snapshot("x", &[("mode", modes[i % modes.len()])]),
+        );
+        assert_ne!(bad.outcome, Outcome::Ok);
+    }
+}
+
+fn load_error(engine: &RuleEngine, path: &Path) -> (String, LoadErrorKind) {
+    let err = engine
+        .load_file(path)
+        .expect_err("a bad file must not load");
+    (err.to_string(), err.kind)
+}
+
+#[test]
+fn bad_plugin_files_get_a_clear_error_naming_file_and_reason() {
+    let engine = shared_engine();
+    let dir = tempfile::tempdir().unwrap();
+    let good = std::fs::read(guests::LINK_SPAM).unwrap();
+
+    let random = dir.path().join("random.wasm");
+    let noise: Vec<u8> = (0..4096u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+        .collect();
+    std::fs::write(&random, &noise).unwrap();
+    let (msg, kind) = load_error(engine, &random);
+    assert!(matches!(kind, LoadErrorKind::NotWasm), "{msg}");
+    assert!(
+        msg.contains("random.wasm") && msg.contains("not a WebAssembly file"),
+        "{msg}"
+    );
+
+    let truncated = dir.path().join("truncated.wasm");
+    std::fs::write(&truncated, &good[..good.len() / 2]).unwrap();
+    let (msg, kind) = load_error(engine, &truncated);
+    assert!(matches!(kind, LoadErrorKind::Compile(_)), "{msg}");
+    assert!(
+        msg.contains("truncated.wasm") && msg.contains("does not compile"),
+        "{msg}"
+    );
+
+    let (msg, kind) = load_error(engine, Path::new(guests::WRONG_WORLD));
+    assert!(matches!(kind, LoadErrorKind::WrongWorld(_)), "{msg}");
+    assert!(
+        msg.contains("wrong_world.wasm") && msg.contains("gavel:rules/rule"),
+        "{msg}"
+    );
+
+    let core = dir.path().join("core.wasm");
+    std::fs::write(&core, b"\0asm\x01\0\0\0").unwrap();
+    let (msg, kind) = load_error(engine, &core);
+    assert!(matches!(kind, LoadErrorKind::CoreModule), "{msg}");
+    assert!(
+        msg.contains("core.wasm") && msg.contains("not a component"),
+        "{msg}"
+    );
+
+    let oversized = dir.path().join("oversized.wasm");
+    let mut big = good.clone();
+    big.resize((engine.limits().max_file_bytes + 1) as usize, 0);
+    std::fs::write(&oversized, &big).unwrap();
+    let (msg, kind) = load_error(engine, &oversized);
+    assert!(matches!(kind, LoadErrorKind::TooLarge { .. }), "{msg}");
+    assert!(
+        msg.contains("oversized.wasm") && msg.contains("over the limit"),
+        "{msg}"
+    );
+
+    // Real native code for this very engine: valid, and still never loaded.
+    let cwasm = dir.path().join("link-spam.cwasm");
+    std::fs::write(&cwasm, engine.engine().precompile_component(&good).unwrap()).unwrap();
+    let (msg, kind) = load_error(engine, &cwasm);
+    assert!(matches!(kind, LoadErrorKind::Precompiled), "{msg}");
+    let disguised = dir.path().join("disguised.wasm");
+    std::fs::copy(&cwasm, &disguised).unwrap();
+    let (msg, kind) = load_error(engine, &disguised);
+    assert!(matches!(kind, LoadErrorKind::Precompiled), "{msg}");
+
+    let (msg, kind) = load_error(engine, &dir.path().join("missing.wasm"));
+    assert!(matches!(kind, LoadErrorKind::Io(_)), "{msg}");
+}
