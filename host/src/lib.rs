@@ -13,7 +13,10 @@
 //! - [`telemetry`]: tracing subscriber set-up.
 
 pub mod cli;
+pub mod config;
 pub mod rules;
+pub mod status;
+pub mod store;
 pub mod telemetry;
 pub mod verdict;
 

@@ -1,0 +1,338 @@
+//! Configuration, layered: built-in defaults, then a TOML file
+//! (`--config PATH` or `GAVEL_CONFIG`), then `GAVEL_*` environment variables
+//! (nested keys joined by `__`, e.g. `GAVEL_INGEST__MAX_BODY_BYTES`), then
+//! command-line flags.
+
+use crate::rules::RuntimeLimits;
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Everything `gavel serve` can be told.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address the HTTP API listens on.
+    pub listen: SocketAddr,
+    /// Holds the SQLite database, generated tokens and caches.
+    pub data_dir: PathBuf,
+    /// The watched plugin directory: `*.wasm` components and `NAME.toml` sidecars.
+    pub plugin_dir: PathBuf,
+    /// `sqlite://PATH` or `postgres://…`; default `sqlite://DATA_DIR/gavel.db`.
+    pub database_url: Option<String>,
+    /// Database connections (readers for SQLite, which has one writer).
+    pub database_max_connections: u32,
+    /// API tokens. When empty, tokens are read from (or generated into)
+    /// `DATA_DIR/tokens.toml`.
+    pub tokens: Vec<TokenConfig>,
+    /// Rule runtime limits (ARCHITECTURE.md, "Limits").
+    pub limits: RuntimeLimits,
+    pub ingest: IngestConfig,
+    pub evaluation: EvaluationConfig,
+    /// How long shutdown waits for in-flight requests and evaluations.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            data_dir: PathBuf::from("data"),
+            plugin_dir: PathBuf::from("plugins"),
+            database_url: None,
+            database_max_connections: 8,
+            tokens: Vec::new(),
+            limits: RuntimeLimits::default(),
+            ingest: IngestConfig::default(),
+            evaluation: EvaluationConfig::default(),
+            shutdown_grace_ms: 30_000,
+        }
+    }
+}
+
+/// An API token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// Who holds it; items are scoped to the submitting client's name.
+    pub name: String,
+    pub token: String,
+    pub role: Role,
+}
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Submits content and events, reads its own items.
+    Client,
+    /// Everything a client may, on every item, plus moderation and plugin views.
+    Moderator,
+}
+
+/// The submission path.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IngestConfig {
+    /// Request bodies over this are refused with 413.
+    pub max_body_bytes: usize,
+    /// `text` over this is refused with 400 (the body limit applies too).
+    pub max_text_bytes: usize,
+    /// How long an idempotency key (and its stored response) is kept.
+    pub idempotency_ttl_ms: i64,
+    /// A request holding its key longer than this is taken to have died,
+    /// and a retry with the same key and body takes over.
+    pub idempotency_lock_ms: i64,
+    /// Per client token: sustained submissions + events per second, and burst.
+    pub client_rate_per_second: u32,
+    pub client_burst: u32,
+    /// Per author: sustained submissions per second, and burst.
+    pub author_rate_per_second: u32,
+    pub author_burst: u32,
+    /// The same normalised text from one author this many times within
+    /// `duplicate_window_ms` is held for review at submission.
+    pub duplicate_hold_at: u32,
+    pub duplicate_window_ms: i64,
+    /// Window of `author.recent-items` in snapshots.
+    pub author_window_ms: i64,
+}
+
+impl Default for IngestConfig {
+    fn default() -> Self {
+        IngestConfig {
+            max_body_bytes: 256 << 10,
+            max_text_bytes: 64 << 10,
+            idempotency_ttl_ms: 24 * 3600 * 1000,
+            idempotency_lock_ms: 30_000,
+            client_rate_per_second: 1000,
+            client_burst: 2000,
+            author_rate_per_second: 10,
+            author_burst: 30,
+            duplicate_hold_at: 5,
+            duplicate_window_ms: 3600 * 1000,
+            author_window_ms: 24 * 3600 * 1000,
+        }
+    }
+}
+
+/// Evaluation of submitted items.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EvaluationConfig {
+    /// Evaluations running at once.
+    pub concurrency: usize,
+    /// When a plugin fails (trap, timeout, ...), count it as `hold`
+    /// (fail-closed) instead of ignoring it (fail-open, the default).
+    pub fail_closed: bool,
+    /// How often pending items are looked for in the store (recovery after a crash).
+    pub reconcile_interval_ms: u64,
+}
+
+impl Default for EvaluationConfig {
+    fn default() -> Self {
+        EvaluationConfig {
+            concurrency: 4,
+            fail_closed: false,
+            reconcile_interval_ms: 5_000,
+        }
+    }
+}
+
+/// Flags that override everything else.
+#[derive(Debug, Clone, Default, Serialize, clap::Args)]
+pub struct ServeFlags {
+    /// A TOML config file.
+    #[arg(long, env = "GAVEL_CONFIG")]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Address to listen on (default 127.0.0.1:8080).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<SocketAddr>,
+    /// Data directory (default ./data).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+    /// Plugin directory (default ./plugins).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plugin_dir: Option<PathBuf>,
+    /// Database URL: sqlite://PATH or postgres://… (default sqlite://DATA_DIR/gavel.db).
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database_url: Option<String>,
+}
+
+impl Config {
+    /// Merges defaults, the config file, the environment and `flags`.
+    pub fn load(flags: &ServeFlags) -> anyhow::Result<Config> {
+        let mut figment = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(path) = &flags.config {
+            anyhow::ensure!(
+                path.exists(),
+                "config file {} does not exist",
+                path.display()
+            );
+            figment = figment.merge(Toml::file(path));
+        }
+        let config: Config = figment
+            .merge(
+                Env::prefixed("GAVEL_")
+                    .split("__")
+                    .ignore(&["config", "log_format"]),
+            )
+            .merge(Serialized::defaults(flags))
+            .extract()
+            .map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
+        Ok(config)
+    }
+
+    /// The database URL, defaulting to SQLite in the data directory.
+    pub fn database_url(&self) -> String {
+        self.database_url
+            .clone()
+            .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("gavel.db").display()))
+    }
+
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_millis(self.shutdown_grace_ms)
+    }
+}
+
+/// The tokens to accept: the configured ones, else those in
+/// `DATA_DIR/tokens.toml`, generated on first start (never run open).
+pub fn resolve_tokens(config: &Config) -> anyhow::Result<Vec<TokenConfig>> {
+    if !config.tokens.is_empty() {
+        return Ok(config.tokens.clone());
+    }
+    let path = config.data_dir.join("tokens.toml");
+    if path.exists() {
+        return read_tokens_file(&path);
+    }
+    std::fs::create_dir_all(&config.data_dir)?;
+    let tokens = vec![
+        TokenConfig {
+            name: "default-client".into(),
+            token: new_token(),
+            role: Role::Client,
+        },
+        TokenConfig {
+            name: "default-moderator".into(),
+            token: new_token(),
+            role: Role::Moderator,
+        },
+    ];
+    write_tokens_file(&path, &tokens)?;
+    tracing::warn!(path = %path.display(), "no API tokens configured: generated a client and a moderator token");
+    eprintln!(
+        "gavel: generated API tokens in {} (one client, one moderator)",
+        path.display()
+    );
+    Ok(tokens)
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokensFile {
+    tokens: Vec<TokenConfig>,
+}
+
+fn read_tokens_file(path: &Path) -> anyhow::Result<Vec<TokenConfig>> {
+    let text = std::fs::read_to_string(path)?;
+    let file: TokensFile =
+        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    anyhow::ensure!(!file.tokens.is_empty(), "{} lists no token", path.display());
+    Ok(file.tokens)
+}
+
+fn write_tokens_file(path: &Path, tokens: &[TokenConfig]) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let text = toml::to_string(&TokensFile {
+        tokens: tokens.to_vec(),
+    })?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(b"# gavel API tokens, generated on first start. Keep this file secret.\n")?;
+    f.write_all(text.as_bytes())?;
+    Ok(())
+}
+
+/// A random bearer token (256 bits from the OS generator).
+pub fn new_token() -> String {
+    format!(
+        "gvl_{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layers_apply_in_order() {
+        let dir = tempfile_dir();
+        let file = dir.join("gavel.toml");
+        std::fs::write(&file, "listen = \"127.0.0.1:9000\"\nplugin_dir = \"from-file\"\n[ingest]\nmax_body_bytes = 1000\n").unwrap();
+        let flags = ServeFlags {
+            config: Some(file),
+            plugin_dir: Some(PathBuf::from("from-flag")),
+            ..ServeFlags::default()
+        };
+        let c = Config::load(&flags).unwrap();
+        assert_eq!(c.listen.port(), 9000);
+        assert_eq!(c.plugin_dir, PathBuf::from("from-flag"));
+        assert_eq!(c.ingest.max_body_bytes, 1000);
+        assert_eq!(
+            c.ingest.max_text_bytes,
+            IngestConfig::default().max_text_bytes
+        );
+        assert_eq!(c.database_url(), "sqlite://data/gavel.db");
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let dir = tempfile_dir();
+        let file = dir.join("gavel.toml");
+        std::fs::write(&file, "lisen = \"127.0.0.1:9000\"\n").unwrap();
+        let err = Config::load(&ServeFlags {
+            config: Some(file),
+            ..ServeFlags::default()
+        })
+        .unwrap_err();
+        assert!(err.to_string().contains("lisen"), "{err}");
+    }
+
+    #[test]
+    fn tokens_are_generated_once_and_kept() {
+        let dir = tempfile_dir();
+        let config = Config {
+            data_dir: dir.clone(),
+            ..Config::default()
+        };
+        let first = resolve_tokens(&config).unwrap();
+        assert_eq!(first.len(), 2);
+        assert!(first.iter().any(|t| t.role == Role::Moderator));
+        assert_eq!(resolve_tokens(&config).unwrap(), first);
+        let mode = std::fs::metadata(dir.join("tokens.toml")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(mode.permissions().mode() & 0o777, 0o600);
+    }
+
+    fn tempfile_dir() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "gavel-config-test-{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+}

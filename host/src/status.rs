@@ -1,0 +1,241 @@
+//! The item state machine (ARCHITECTURE.md, "Item state machine"): the one
+//! transition table in code. The migration's CHECK constraint mirrors
+//! [`ItemStatus::ALL`]; status strings exist only here.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Where an item is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemStatus {
+    /// Accepted by the API, not yet stored (only ever the `from` of the first transition).
+    Received,
+    /// Stored; waiting for the asynchronous rules.
+    PendingScan,
+    /// Shown on the platform.
+    Visible,
+    /// Hidden until a human decides.
+    HeldForReview,
+    /// Rejected.
+    Rejected,
+    /// A rule handed the item to an external classifier; waiting for its callback.
+    AwaitingProvider,
+    /// Deleted by its author or a moderator. Terminal.
+    Deleted,
+}
+
+/// Who causes a transition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Actor {
+    /// gavel itself: the submission path, timeouts.
+    System,
+    /// The automated rules (a worker's evaluation).
+    Rules,
+    /// An external classifier's callback.
+    Provider,
+    /// A human moderator. A moderator's decision is final for automation.
+    Moderator,
+    /// The item's author (deletion only).
+    Author,
+}
+
+impl ItemStatus {
+    pub const ALL: [ItemStatus; 7] = [
+        ItemStatus::Received,
+        ItemStatus::PendingScan,
+        ItemStatus::Visible,
+        ItemStatus::HeldForReview,
+        ItemStatus::Rejected,
+        ItemStatus::AwaitingProvider,
+        ItemStatus::Deleted,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemStatus::Received => "received",
+            ItemStatus::PendingScan => "pending_scan",
+            ItemStatus::Visible => "visible",
+            ItemStatus::HeldForReview => "held_for_review",
+            ItemStatus::Rejected => "rejected",
+            ItemStatus::AwaitingProvider => "awaiting_provider",
+            ItemStatus::Deleted => "deleted",
+        }
+    }
+
+    /// Statuses a moderator may set.
+    pub fn is_moderator_target(self) -> bool {
+        matches!(
+            self,
+            ItemStatus::Visible | ItemStatus::HeldForReview | ItemStatus::Rejected
+        )
+    }
+
+    /// Statuses the automated rules settle an item in.
+    fn is_settled(self) -> bool {
+        matches!(
+            self,
+            ItemStatus::Visible | ItemStatus::HeldForReview | ItemStatus::Rejected
+        )
+    }
+}
+
+impl Actor {
+    pub const ALL: [Actor; 5] = [
+        Actor::System,
+        Actor::Rules,
+        Actor::Provider,
+        Actor::Moderator,
+        Actor::Author,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Actor::System => "system",
+            Actor::Rules => "rules",
+            Actor::Provider => "provider",
+            Actor::Moderator => "moderator",
+            Actor::Author => "author",
+        }
+    }
+
+    /// Automated actors never override a moderator's decision; the store's
+    /// conditional update enforces this, not an `if` in the caller.
+    pub fn is_automated(self) -> bool {
+        matches!(self, Actor::System | Actor::Rules | Actor::Provider)
+    }
+}
+
+/// The transition table. `from == to` is a transition only for a moderator
+/// (confirming an automated outcome makes it a manual decision).
+pub fn can_transition(from: ItemStatus, to: ItemStatus, actor: Actor) -> bool {
+    use Actor::*;
+    use ItemStatus::*;
+    if from == Deleted || to == Received {
+        return false;
+    }
+    match actor {
+        // Received is never stored: there is nothing for a person to change yet.
+        Moderator => from != Received && (to.is_moderator_target() || to == Deleted),
+        Author => from != Received && to == Deleted,
+        System => matches!(
+            (from, to),
+            // Creation: the sync path stores the item pending, or holds or
+            // rejects it at once (sync-phase rules, duplicate text, degraded mode).
+            (Received, PendingScan | HeldForReview | Rejected)
+            // A provider that never called back: a human decides.
+            | (AwaitingProvider, HeldForReview)
+        ),
+        Rules => {
+            from != to
+                && matches!(from, PendingScan | Visible | HeldForReview | Rejected)
+                && (to.is_settled() || to == AwaitingProvider)
+        }
+        Provider => from == AwaitingProvider && to.is_settled(),
+    }
+}
+
+impl fmt::Display for ItemStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Display for Actor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ItemStatus {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        ItemStatus::ALL
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| format!("unknown status {s:?}"))
+    }
+}
+
+impl FromStr for Actor {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Actor::ALL
+            .into_iter()
+            .find(|v| v.as_str() == s)
+            .ok_or_else(|| format!("unknown actor {s:?}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Actor::*;
+    use ItemStatus::*;
+
+    /// The table written out as the architecture document states it; the
+    /// test below compares every from × to × actor against it.
+    fn expected(from: ItemStatus, to: ItemStatus, actor: Actor) -> bool {
+        let settled = [Visible, HeldForReview, Rejected];
+        match actor {
+            Moderator => {
+                from != Deleted && from != Received && (settled.contains(&to) || to == Deleted)
+            }
+            Author => from != Deleted && from != Received && to == Deleted,
+            System => {
+                (from == Received && [PendingScan, HeldForReview, Rejected].contains(&to))
+                    || (from == AwaitingProvider && to == HeldForReview)
+            }
+            Rules => {
+                [PendingScan, Visible, HeldForReview, Rejected].contains(&from)
+                    && (settled.contains(&to) || to == AwaitingProvider)
+                    && from != to
+            }
+            Provider => from == AwaitingProvider && settled.contains(&to),
+        }
+    }
+
+    #[test]
+    fn transition_table_is_exhaustively_as_documented() {
+        let mut allowed = 0;
+        for from in ItemStatus::ALL {
+            for to in ItemStatus::ALL {
+                for actor in Actor::ALL {
+                    assert_eq!(
+                        can_transition(from, to, actor),
+                        expected(from, to, actor),
+                        "{from} -> {to} by {actor}"
+                    );
+                    allowed += usize::from(can_transition(from, to, actor));
+                }
+            }
+        }
+        // 7 × 7 × 5 combinations checked; this many are legal.
+        // moderator 5×4, author 5, system 4, rules 13, provider 3.
+        assert_eq!(allowed, 45);
+    }
+
+    #[test]
+    fn deleted_is_terminal_and_received_is_never_a_target() {
+        for to in ItemStatus::ALL {
+            for actor in Actor::ALL {
+                assert!(!can_transition(Deleted, to, actor));
+                assert!(!can_transition(to, Received, actor));
+            }
+        }
+    }
+
+    #[test]
+    fn strings_round_trip() {
+        for s in ItemStatus::ALL {
+            assert_eq!(s.as_str().parse::<ItemStatus>(), Ok(s));
+        }
+        for a in Actor::ALL {
+            assert_eq!(a.as_str().parse::<Actor>(), Ok(a));
+        }
+    }
+}

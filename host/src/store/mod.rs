@@ -1,0 +1,548 @@
+//! The store: the only source of truth. Two backends behind one trait,
+//! SQLite (default, one node) and PostgreSQL (many nodes), sharing their SQL
+//! (`sql.rs`); every state change is one conditional write with its audit
+//! row in the same transaction.
+
+mod postgres;
+mod rows;
+mod sql;
+mod sqlite;
+
+pub use postgres::PgStore;
+pub use sqlite::SqliteStore;
+
+use crate::rules::Outcome;
+use crate::status::{Actor, ItemStatus};
+use crate::verdict::Verdict;
+use serde::Serialize;
+use std::sync::Arc;
+
+/// A store error. Bad input never gets here: callers validate first.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database cannot be reached right now (down, restarting, pool
+    /// exhausted). The API answers 503 with `Retry-After`.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// A row the store wrote cannot be read back (a bug, or a hand edit).
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+    /// Any other database error.
+    #[error("database error: {0}")]
+    Database(String),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        use sqlx::Error as E;
+        match &e {
+            E::PoolTimedOut | E::PoolClosed | E::Io(_) | E::Tls(_) | E::WorkerCrashed => {
+                StoreError::Unavailable(e.to_string())
+            }
+            E::Database(db) => match db.code().as_deref() {
+                // PostgreSQL: connection exceptions, shutdown, recovery, too many connections.
+                Some(c) if c.starts_with("08") || c.starts_with("57P") || c == "53300" => {
+                    StoreError::Unavailable(e.to_string())
+                }
+                // SQLite: busy/locked (only past the busy timeout), I/O, cannot open.
+                Some("5" | "6" | "10" | "14") => StoreError::Unavailable(e.to_string()),
+                _ => StoreError::Database(e.to_string()),
+            },
+            E::ColumnDecode { .. }
+            | E::Decode(_)
+            | E::ColumnNotFound(_)
+            | E::TypeNotFound { .. } => StoreError::Corrupt(e.to_string()),
+            _ => StoreError::Database(e.to_string()),
+        }
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Milliseconds since the Unix epoch.
+pub type Millis = i64;
+
+/// The wall clock in [`Millis`].
+pub fn now_ms() -> Millis {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Whether a plugin's decisions count (`enforce`) or are only recorded (`shadow`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Serialize,
+    serde::Deserialize,
+    Default,
+    utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    #[default]
+    Enforce,
+    Shadow,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Enforce => "enforce",
+            Mode::Shadow => "shadow",
+        }
+    }
+}
+
+/// An item as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Item {
+    pub id: String,
+    /// Name of the client token that submitted it (scope of client reads).
+    pub client: String,
+    pub external_id: Option<String>,
+    pub kind: String,
+    pub author: String,
+    pub body: String,
+    /// The `context` object as submitted, JSON text.
+    pub context: String,
+    pub fingerprint: String,
+    pub status: ItemStatus,
+    /// Bumped by every status change; the fencing token of every commit.
+    pub version: i64,
+    pub decided_by: Option<Actor>,
+    /// The verdict of the submission-time checks (sync-phase rules,
+    /// duplicate text); later evaluations never settle below it.
+    pub sync_verdict: Option<Verdict>,
+    /// Set while the item waits for an evaluation; cleared by the commit of
+    /// an evaluation that saw every event.
+    pub needs_eval_since: Option<Millis>,
+    /// Bumped by every event.
+    pub event_seq: i64,
+    /// `event_seq` as of the last committed evaluation.
+    pub evaluated_seq: i64,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+}
+
+/// A new item, as the submission path decided to store it.
+#[derive(Debug, Clone)]
+pub struct NewItem {
+    pub id: String,
+    pub client: String,
+    pub external_id: Option<String>,
+    pub kind: String,
+    pub author: String,
+    pub body: String,
+    pub context: String,
+    pub fingerprint: String,
+    /// `pending_scan`, or `held_for_review` / `rejected` when the submission
+    /// checks decided at once.
+    pub status: ItemStatus,
+    pub sync_verdict: Option<Verdict>,
+    /// Whether the asynchronous rules still have to judge it.
+    pub needs_eval: bool,
+    pub cause: String,
+    pub reason: String,
+    pub correlation_id: String,
+    pub now: Millis,
+}
+
+/// A decision row to insert.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewDecision {
+    pub plugin: String,
+    pub plugin_version: String,
+    pub plugin_digest: String,
+    pub phase: crate::rules::Phase,
+    pub verdict: Option<Verdict>,
+    pub score: f64,
+    pub labels: Vec<String>,
+    pub reason: String,
+    pub mode: Mode,
+    pub applied: bool,
+    pub duration_us: i64,
+    pub outcome: Outcome,
+    pub error: Option<String>,
+}
+
+/// A stored decision.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct DecisionRecord {
+    pub id: i64,
+    pub item_version: i64,
+    pub plugin: String,
+    pub plugin_version: String,
+    /// sha256 of the component file, hex.
+    pub plugin_digest: String,
+    #[schema(value_type = String)]
+    pub phase: crate::rules::Phase,
+    #[schema(value_type = Option<String>)]
+    pub verdict: Option<Verdict>,
+    pub score: f64,
+    pub labels: Vec<String>,
+    pub reason: String,
+    pub mode: Mode,
+    /// Whether this decision counted towards the item's status.
+    pub applied: bool,
+    pub duration_us: i64,
+    #[schema(value_type = String)]
+    pub outcome: Outcome,
+    pub error: Option<String>,
+    pub created_at: Millis,
+}
+
+/// A stored transition: the audit trail.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct TransitionRecord {
+    pub id: i64,
+    pub item_id: String,
+    pub from_status: ItemStatus,
+    pub to_status: ItemStatus,
+    /// The item's version after this transition.
+    pub version: i64,
+    pub cause: String,
+    pub actor: Actor,
+    /// The moderator's name, for manual decisions.
+    pub actor_name: Option<String>,
+    pub reason: String,
+    /// The request id (`X-Request-Id`) or evaluation id that caused it.
+    pub correlation_id: String,
+    pub created_at: Millis,
+}
+
+/// An item with everything `GET /v1/items/{id}` shows.
+#[derive(Debug, Clone)]
+pub struct ItemDetails {
+    pub item: Item,
+    pub counters: Vec<(String, i64)>,
+    pub decisions: Vec<DecisionRecord>,
+    pub transitions: Vec<TransitionRecord>,
+}
+
+/// One interaction event to append.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub item_id: String,
+    pub kind: EventKind,
+    pub actor: String,
+    /// New text, for `edit`.
+    pub text: Option<String>,
+    /// New fingerprint, for `edit`.
+    pub fingerprint: Option<String>,
+    pub now: Millis,
+}
+
+/// Interaction kinds.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    Upvote,
+    Downvote,
+    Flag,
+    Report,
+    Edit,
+}
+
+impl EventKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Upvote => "upvote",
+            EventKind::Downvote => "downvote",
+            EventKind::Flag => "flag",
+            EventKind::Report => "report",
+            EventKind::Edit => "edit",
+        }
+    }
+}
+
+/// What appending an event did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EventOutcome {
+    Appended {
+        event_seq: i64,
+        needs_eval_since: Millis,
+    },
+    NotFound,
+    Deleted,
+}
+
+/// A requested status change, applied only if the item is still at
+/// `expected_version` in `from` (and, for automated actors, not decided by
+/// a moderator).
+#[derive(Debug, Clone)]
+pub struct TransitionRequest {
+    pub item_id: String,
+    pub expected_version: i64,
+    pub from: ItemStatus,
+    pub to: ItemStatus,
+    pub actor: Actor,
+    pub actor_name: Option<String>,
+    pub cause: String,
+    pub reason: String,
+    pub correlation_id: String,
+    pub now: Millis,
+}
+
+/// The result of a conditional write. Losing a race is a value, not an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transition {
+    /// Applied; the item is now at `version`.
+    Applied { version: i64 },
+    /// The item changed since it was read (or a moderator decided): nothing written.
+    Stale,
+}
+
+/// The result of an evaluation, to commit in one transaction.
+#[derive(Debug, Clone)]
+pub struct EvaluationCommit {
+    pub item_id: String,
+    /// The item version the snapshot was read at: the fencing token.
+    pub snapshot_version: i64,
+    /// `event_seq` the snapshot saw; a later event keeps the item scheduled.
+    pub snapshot_event_seq: i64,
+    pub from: ItemStatus,
+    /// The combined verdict's status, `None` to leave the status as it is.
+    pub to: Option<ItemStatus>,
+    pub decisions: Vec<NewDecision>,
+    pub reason: String,
+    pub correlation_id: String,
+    pub now: Millis,
+}
+
+/// What committing an evaluation did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitOutcome {
+    /// Decisions recorded and the status changed to the new version.
+    Transitioned { version: i64 },
+    /// Decisions recorded; the status stays (same verdict, or a moderator
+    /// decided: then the decisions are recorded with `applied = false`).
+    Recorded,
+    /// The item moved on since the snapshot: nothing written; evaluate again.
+    Stale,
+}
+
+/// Everything a rule's snapshot is built from, read in one consistent view.
+#[derive(Debug, Clone)]
+pub struct SnapshotData {
+    pub item: Item,
+    pub counters: Vec<(String, i64)>,
+    pub author_recent_items: i64,
+    pub author_rejected_items: i64,
+    pub author_held_items: i64,
+    pub duplicate_count: i64,
+    /// Events since the last evaluation, oldest first, at most 64.
+    pub trigger: Vec<(String, String, Millis)>,
+}
+
+/// Starting an idempotent request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum IdempotencyStart {
+    /// The key is new (or expired, or abandoned by a crashed request): go ahead.
+    Started,
+    /// The first request finished: replay its response byte for byte.
+    Replay { status: u16, body: String },
+    /// The first request is still running.
+    InFlight,
+    /// The key was used with a different request.
+    Mismatch,
+}
+
+/// An idempotency key to claim: scope (client), key, hash of the request.
+#[derive(Debug, Clone)]
+pub struct IdempotencyClaim {
+    pub scope: String,
+    pub key: String,
+    pub request_hash: String,
+    pub now: Millis,
+    /// A request in flight longer than this is taken to have died.
+    pub lock_ms: i64,
+    pub ttl_ms: i64,
+}
+
+/// The stored response of an idempotent request, written in the same
+/// transaction as its effect.
+#[derive(Debug, Clone)]
+pub struct IdempotencyResponse {
+    pub scope: String,
+    pub key: String,
+    pub status: u16,
+    pub body: String,
+}
+
+/// What creating an item did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CreateOutcome {
+    Created(Item),
+    /// The client already has an item with this `external_id`.
+    DuplicateExternalId {
+        existing_id: String,
+    },
+}
+
+/// A position in the review queue: (updated_at, id) of the last item seen.
+pub type ReviewCursor = (Millis, String);
+
+/// The store every backend implements. Run the conformance suite in
+/// `tests/tests/store.rs` against a new backend.
+#[async_trait::async_trait]
+pub trait ItemStore: Send + Sync + 'static {
+    /// Which backend this is, for logs and `/readyz`.
+    fn backend(&self) -> &'static str;
+
+    /// Checks the database answers.
+    async fn ping(&self) -> StoreResult<()>;
+
+    /// Claims an idempotency key (unique constraint decides, never a read-then-write).
+    async fn idempotency_start(&self, claim: &IdempotencyClaim) -> StoreResult<IdempotencyStart>;
+
+    /// Releases a claimed key whose request failed before doing anything,
+    /// so a retry can proceed at once.
+    async fn idempotency_release(&self, scope: &str, key: &str) -> StoreResult<()>;
+
+    /// Deletes expired keys; returns how many.
+    async fn idempotency_expire(&self, now: Millis) -> StoreResult<u64>;
+
+    /// Items by `author` with `fingerprint` created at or after `since`.
+    async fn fingerprint_count(
+        &self,
+        author: &str,
+        fingerprint: &str,
+        since: Millis,
+    ) -> StoreResult<i64>;
+
+    /// Inserts the item, its creation transition, its sync-phase decisions
+    /// and (when given) the idempotent response, in one transaction.
+    async fn create_item(
+        &self,
+        item: &NewItem,
+        decisions: &[NewDecision],
+        response: Option<&IdempotencyResponse>,
+    ) -> StoreResult<CreateOutcome>;
+
+    async fn item(&self, id: &str) -> StoreResult<Option<Item>>;
+
+    async fn item_details(&self, id: &str) -> StoreResult<Option<ItemDetails>>;
+
+    /// Appends an event, bumps its counter and marks the item for
+    /// evaluation, in one transaction.
+    async fn append_event(&self, event: &NewEvent) -> StoreResult<EventOutcome>;
+
+    /// A conditional status change with its audit row.
+    async fn transition(&self, req: &TransitionRequest) -> StoreResult<Transition>;
+
+    /// Reads what a snapshot needs, in one consistent view.
+    async fn snapshot_data(
+        &self,
+        id: &str,
+        author_since: Millis,
+        duplicate_since: Millis,
+    ) -> StoreResult<Option<SnapshotData>>;
+
+    /// Commits an evaluation (decisions, conditional status change,
+    /// transition row, clearing `needs_eval_since`) in one transaction.
+    async fn commit_evaluation(&self, commit: &EvaluationCommit) -> StoreResult<CommitOutcome>;
+
+    /// Items waiting for evaluation since before `before`, oldest first.
+    async fn pending_evaluations(&self, before: Millis, limit: i64) -> StoreResult<Vec<String>>;
+
+    /// Held items, oldest first, after `cursor`.
+    async fn review_queue(
+        &self,
+        after: Option<&ReviewCursor>,
+        limit: i64,
+    ) -> StoreResult<Vec<Item>>;
+}
+
+/// A shared store handle.
+pub type SharedStore = Arc<dyn ItemStore>;
+
+/// Opens the store a URL names (`sqlite://PATH` or `postgres://...`) and
+/// runs its migrations.
+pub async fn open(url: &str, max_connections: u32) -> anyhow::Result<SharedStore> {
+    if url.starts_with("sqlite:") {
+        Ok(Arc::new(SqliteStore::open(url, max_connections).await?))
+    } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+        Ok(Arc::new(PgStore::open(url, max_connections).await?))
+    } else {
+        anyhow::bail!("unsupported database URL {url:?}: use sqlite://PATH or postgres://...")
+    }
+}
+
+/// Why a moderator's change was not applied.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModerationOutcome {
+    Applied(Item),
+    NotFound,
+    /// `If-Match` named another version.
+    VersionMismatch {
+        current: i64,
+    },
+    /// The table forbids it (e.g. the item is deleted).
+    Illegal {
+        from: ItemStatus,
+    },
+}
+
+/// A moderator's decision. Reads the item, then applies a conditional
+/// transition; a concurrent automated change makes it re-read and retry
+/// (a manual decision wins), unless the caller pinned a version with
+/// `If-Match`, which then answers `VersionMismatch`.
+pub async fn moderate(
+    store: &dyn ItemStore,
+    id: &str,
+    to: ItemStatus,
+    if_match: Option<i64>,
+    moderator: &str,
+    reason: &str,
+    correlation_id: &str,
+) -> StoreResult<ModerationOutcome> {
+    const ATTEMPTS: usize = 8;
+    for _ in 0..ATTEMPTS {
+        let Some(item) = store.item(id).await? else {
+            return Ok(ModerationOutcome::NotFound);
+        };
+        if let Some(expected) = if_match
+            && expected != item.version
+        {
+            return Ok(ModerationOutcome::VersionMismatch {
+                current: item.version,
+            });
+        }
+        if !crate::status::can_transition(item.status, to, Actor::Moderator) {
+            return Ok(ModerationOutcome::Illegal { from: item.status });
+        }
+        let req = TransitionRequest {
+            item_id: id.to_string(),
+            expected_version: item.version,
+            from: item.status,
+            to,
+            actor: Actor::Moderator,
+            actor_name: Some(moderator.to_string()),
+            cause: "moderation".into(),
+            reason: reason.to_string(),
+            correlation_id: correlation_id.to_string(),
+            now: now_ms(),
+        };
+        if let Transition::Applied { .. } = store.transition(&req).await? {
+            return Ok(store
+                .item(id)
+                .await?
+                .map_or(ModerationOutcome::NotFound, ModerationOutcome::Applied));
+        }
+        if if_match.is_some() {
+            let current = store.item(id).await?.map_or(item.version, |i| i.version);
+            return Ok(ModerationOutcome::VersionMismatch { current });
+        }
+    }
+    Err(StoreError::Database(format!(
+        "item {id} kept changing; moderation not applied after {ATTEMPTS} attempts"
+    )))
+}

@@ -1,0 +1,710 @@
+//! The SQL both backends run. Every statement exists once, written with
+//! `$N` parameters, which SQLite and PostgreSQL both accept; `impl_store!`
+//! instantiates the same method bodies for each backend's sqlx types.
+
+pub(super) const ITEM_COLUMNS: &str = "id, client, external_id, kind, author, body, context, fingerprint, status, \
+     version, decided_by, sync_verdict, needs_eval_since, event_seq, evaluated_seq, created_at, updated_at";
+
+pub(super) const INSERT_ITEM: &str = "INSERT INTO items (id, client, external_id, kind, author, body, context, \
+     fingerprint, status, version, decided_by, sync_verdict, needs_eval_since, created_at, updated_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 1, $10, $11, $12, $13, $13) \
+     ON CONFLICT (client, external_id) DO NOTHING";
+
+pub(super) const ITEM_BY_EXTERNAL_ID: &str =
+    "SELECT id FROM items WHERE client = $1 AND external_id = $2";
+
+pub(super) const INSERT_TRANSITION: &str = "INSERT INTO transitions (item_id, from_status, to_status, version, \
+     cause, actor, actor_name, reason, correlation_id, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+
+pub(super) const INSERT_DECISION: &str = "INSERT INTO decisions (item_id, item_version, plugin, plugin_version, \
+     plugin_digest, phase, verdict, score, labels, reason, mode, applied, duration_us, outcome, error, created_at) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)";
+
+pub(super) const IDEMPOTENCY_INSERT: &str = "INSERT INTO idempotency_keys (scope, key, request_hash, state, \
+     locked_until, created_at, expires_at) VALUES ($1, $2, $3, 'in_flight', $4, $5, $6) \
+     ON CONFLICT (scope, key) DO NOTHING";
+
+/// Takes over a key that expired, or whose first request died in flight
+/// (same request, lock passed).
+pub(super) const IDEMPOTENCY_TAKE_OVER: &str = "UPDATE idempotency_keys SET request_hash = $3, state = 'in_flight', \
+     locked_until = $4, created_at = $5, expires_at = $6, response_status = NULL, response_body = NULL \
+     WHERE scope = $1 AND key = $2 \
+     AND (expires_at <= $5 OR (state = 'in_flight' AND locked_until <= $5 AND request_hash = $3))";
+
+pub(super) const IDEMPOTENCY_READ: &str = "SELECT request_hash, state, response_status, response_body \
+     FROM idempotency_keys WHERE scope = $1 AND key = $2";
+
+pub(super) const IDEMPOTENCY_DONE: &str = "UPDATE idempotency_keys SET state = 'done', response_status = $3, \
+     response_body = $4 WHERE scope = $1 AND key = $2";
+
+pub(super) const IDEMPOTENCY_RELEASE: &str =
+    "DELETE FROM idempotency_keys WHERE scope = $1 AND key = $2 AND state = 'in_flight'";
+
+pub(super) const IDEMPOTENCY_EXPIRE: &str = "DELETE FROM idempotency_keys WHERE expires_at <= $1";
+
+pub(super) const FINGERPRINT_COUNT: &str =
+    "SELECT COUNT(*) FROM items WHERE author = $1 AND fingerprint = $2 AND created_at >= $3";
+
+pub(super) const EVENT_BUMP: &str = "UPDATE items SET event_seq = event_seq + 1, \
+     needs_eval_since = COALESCE(needs_eval_since, $2) WHERE id = $1 AND status <> 'deleted' \
+     RETURNING event_seq, needs_eval_since";
+
+pub(super) const EVENT_EDIT: &str = "UPDATE items SET body = $2, fingerprint = $3 WHERE id = $1";
+
+pub(super) const ITEM_STATUS: &str = "SELECT status FROM items WHERE id = $1";
+
+pub(super) const INSERT_EVENT: &str = "INSERT INTO events (item_id, seq, kind, actor, payload, created_at) VALUES ($1, $2, $3, $4, $5, $6)";
+
+pub(super) const COUNTER_BUMP: &str = "INSERT INTO counters (item_id, name, value) VALUES ($1, $2, 1) \
+     ON CONFLICT (item_id, name) DO UPDATE SET value = counters.value + 1";
+
+/// A manual transition: fenced by version and status only.
+pub(super) const TRANSITION_MANUAL: &str = "UPDATE items SET status = $1, version = version + 1, decided_by = $2, \
+     updated_at = $3 WHERE id = $4 AND version = $5 AND status = $6 RETURNING version";
+
+/// An automated transition: also refused once a moderator decided.
+pub(super) const TRANSITION_AUTOMATED: &str = "UPDATE items SET status = $1, version = version + 1, \
+     decided_by = $2, updated_at = $3 WHERE id = $4 AND version = $5 AND status = $6 \
+     AND (decided_by IS NULL OR decided_by <> 'moderator') RETURNING version";
+
+/// An evaluation that changes the status. `needs_eval_since` is cleared only
+/// if no event arrived after the snapshot.
+pub(super) const COMMIT_TRANSITION: &str = "UPDATE items SET status = $1, version = version + 1, \
+     decided_by = 'rules', updated_at = $2, \
+     needs_eval_since = CASE WHEN event_seq = $3 THEN NULL ELSE needs_eval_since END, \
+     evaluated_seq = CASE WHEN evaluated_seq > $3 THEN evaluated_seq ELSE $3 END \
+     WHERE id = $4 AND version = $5 AND status = $6 \
+     AND (decided_by IS NULL OR decided_by <> 'moderator') RETURNING version";
+
+/// An evaluation that leaves the status as it is.
+pub(super) const COMMIT_RECORD: &str = "UPDATE items SET \
+     needs_eval_since = CASE WHEN event_seq = $1 THEN NULL ELSE needs_eval_since END, \
+     evaluated_seq = CASE WHEN evaluated_seq > $1 THEN evaluated_seq ELSE $1 END \
+     WHERE id = $2 AND version = $3";
+
+pub(super) const COUNTERS: &str =
+    "SELECT name, value FROM counters WHERE item_id = $1 ORDER BY name";
+
+pub(super) const DECISIONS: &str = "SELECT id, item_version, plugin, plugin_version, plugin_digest, phase, verdict, \
+     score, labels, reason, mode, applied, duration_us, outcome, error, created_at \
+     FROM decisions WHERE item_id = $1 ORDER BY id";
+
+pub(super) const TRANSITIONS: &str = "SELECT id, item_id, from_status, to_status, version, cause, actor, actor_name, \
+     reason, correlation_id, created_at FROM transitions WHERE item_id = $1 ORDER BY id";
+
+pub(super) const AUTHOR_RECENT: &str =
+    "SELECT COUNT(*) FROM items WHERE author = $1 AND created_at >= $2 AND id <> $3";
+
+pub(super) const AUTHOR_STANDING: &str = "SELECT \
+     COALESCE(SUM(CASE WHEN status = 'rejected' THEN 1 ELSE 0 END), 0), \
+     COALESCE(SUM(CASE WHEN status = 'held_for_review' THEN 1 ELSE 0 END), 0) \
+     FROM items WHERE author = $1 AND id <> $2";
+
+pub(super) const DUPLICATES: &str = "SELECT COUNT(*) FROM items WHERE author = $1 AND fingerprint = $2 \
+     AND created_at >= $3 AND id <> $4";
+
+pub(super) const TRIGGER_EVENTS: &str = "SELECT kind, actor, created_at FROM events \
+     WHERE item_id = $1 AND seq > $2 ORDER BY seq DESC LIMIT 64";
+
+pub(super) const PENDING: &str = "SELECT id FROM items WHERE needs_eval_since IS NOT NULL \
+     AND needs_eval_since <= $1 ORDER BY needs_eval_since LIMIT $2";
+
+pub(super) const ITEM_BY_ID: &str = "WHERE id = $1";
+
+pub(super) const REVIEW_FIRST: &str =
+    "WHERE status = 'held_for_review' ORDER BY updated_at, id LIMIT $1";
+
+pub(super) const REVIEW_AFTER: &str = "WHERE status = 'held_for_review' \
+     AND (updated_at > $1 OR (updated_at = $1 AND id > $2)) ORDER BY updated_at, id LIMIT $3";
+
+/// Instantiates `ItemStore` for one backend. `$store` has fields `write`
+/// and `read` (pools); `$begin` opens a write transaction.
+macro_rules! impl_store {
+    ($store:ty, $db:ty, $row:ty, $backend:literal, |$s:ident| $begin:expr) => {
+        use sqlx::Row as _;
+        use $crate::store::rows;
+        use $crate::store::sql::*;
+        use $crate::store::*;
+
+        fn item_from_row(row: &$row) -> StoreResult<Item> {
+            Ok(Item {
+                id: row.try_get("id")?,
+                client: row.try_get("client")?,
+                external_id: row.try_get("external_id")?,
+                kind: row.try_get("kind")?,
+                author: row.try_get("author")?,
+                body: row.try_get("body")?,
+                context: row.try_get("context")?,
+                fingerprint: row.try_get("fingerprint")?,
+                status: rows::status(row.try_get::<&str, _>("status")?)?,
+                version: row.try_get("version")?,
+                decided_by: rows::opt(row.try_get("decided_by")?, rows::actor)?,
+                sync_verdict: rows::opt(row.try_get("sync_verdict")?, rows::verdict)?,
+                needs_eval_since: row.try_get("needs_eval_since")?,
+                event_seq: row.try_get("event_seq")?,
+                evaluated_seq: row.try_get("evaluated_seq")?,
+                created_at: row.try_get("created_at")?,
+                updated_at: row.try_get("updated_at")?,
+            })
+        }
+
+        fn decision_from_row(row: &$row) -> StoreResult<DecisionRecord> {
+            Ok(DecisionRecord {
+                id: row.try_get("id")?,
+                item_version: row.try_get("item_version")?,
+                plugin: row.try_get("plugin")?,
+                plugin_version: row.try_get("plugin_version")?,
+                plugin_digest: row.try_get("plugin_digest")?,
+                phase: rows::phase(row.try_get::<&str, _>("phase")?)?,
+                verdict: rows::opt(row.try_get("verdict")?, rows::verdict)?,
+                score: row.try_get("score")?,
+                labels: rows::labels(row.try_get::<&str, _>("labels")?)?,
+                reason: row.try_get("reason")?,
+                mode: rows::mode(row.try_get::<&str, _>("mode")?)?,
+                applied: row.try_get("applied")?,
+                duration_us: row.try_get("duration_us")?,
+                outcome: rows::outcome(row.try_get::<&str, _>("outcome")?)?,
+                error: row.try_get("error")?,
+                created_at: row.try_get("created_at")?,
+            })
+        }
+
+        fn transition_from_row(row: &$row) -> StoreResult<TransitionRecord> {
+            Ok(TransitionRecord {
+                id: row.try_get("id")?,
+                item_id: row.try_get("item_id")?,
+                from_status: rows::status(row.try_get::<&str, _>("from_status")?)?,
+                to_status: rows::status(row.try_get::<&str, _>("to_status")?)?,
+                version: row.try_get("version")?,
+                cause: row.try_get("cause")?,
+                actor: rows::actor(row.try_get::<&str, _>("actor")?)?,
+                actor_name: row.try_get("actor_name")?,
+                reason: row.try_get("reason")?,
+                correlation_id: row.try_get("correlation_id")?,
+                created_at: row.try_get("created_at")?,
+            })
+        }
+
+        async fn insert_transition(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            item_id: &str,
+            from: crate::status::ItemStatus,
+            to: crate::status::ItemStatus,
+            version: i64,
+            cause: &str,
+            actor: crate::status::Actor,
+            actor_name: Option<&str>,
+            reason: &str,
+            correlation_id: &str,
+            now: Millis,
+        ) -> StoreResult<()> {
+            sqlx::query(INSERT_TRANSITION)
+                .bind(item_id)
+                .bind(from.as_str())
+                .bind(to.as_str())
+                .bind(version)
+                .bind(cause)
+                .bind(actor.as_str())
+                .bind(actor_name)
+                .bind(reason)
+                .bind(correlation_id)
+                .bind(now)
+                .execute(&mut **tx)
+                .await?;
+            Ok(())
+        }
+
+        async fn insert_decisions(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            item_id: &str,
+            item_version: i64,
+            decisions: &[NewDecision],
+            now: Millis,
+        ) -> StoreResult<()> {
+            for d in decisions {
+                let labels =
+                    serde_json::to_string(&d.labels).expect("a list of strings serializes");
+                sqlx::query(INSERT_DECISION)
+                    .bind(item_id)
+                    .bind(item_version)
+                    .bind(&d.plugin)
+                    .bind(&d.plugin_version)
+                    .bind(&d.plugin_digest)
+                    .bind(d.phase.as_str())
+                    .bind(d.verdict.map(|v| v.as_str()))
+                    .bind(d.score)
+                    .bind(labels)
+                    .bind(&d.reason)
+                    .bind(d.mode.as_str())
+                    .bind(d.applied)
+                    .bind(d.duration_us)
+                    .bind(d.outcome.as_str())
+                    .bind(d.error.as_deref())
+                    .bind(now)
+                    .execute(&mut **tx)
+                    .await?;
+            }
+            Ok(())
+        }
+
+        #[async_trait::async_trait]
+        impl ItemStore for $store {
+            fn backend(&self) -> &'static str {
+                $backend
+            }
+
+            async fn ping(&self) -> StoreResult<()> {
+                sqlx::query("SELECT 1").execute(&self.read).await?;
+                Ok(())
+            }
+
+            async fn idempotency_start(
+                &self,
+                c: &IdempotencyClaim,
+            ) -> StoreResult<IdempotencyStart> {
+                let $s = self;
+                let mut tx = $begin.await?;
+                let inserted = sqlx::query(IDEMPOTENCY_INSERT)
+                    .bind(&c.scope)
+                    .bind(&c.key)
+                    .bind(&c.request_hash)
+                    .bind(c.now + c.lock_ms)
+                    .bind(c.now)
+                    .bind(c.now + c.ttl_ms)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                let started = inserted == 1
+                    || sqlx::query(IDEMPOTENCY_TAKE_OVER)
+                        .bind(&c.scope)
+                        .bind(&c.key)
+                        .bind(&c.request_hash)
+                        .bind(c.now + c.lock_ms)
+                        .bind(c.now)
+                        .bind(c.now + c.ttl_ms)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected()
+                        == 1;
+                if started {
+                    tx.commit().await?;
+                    return Ok(IdempotencyStart::Started);
+                }
+                let row = sqlx::query(IDEMPOTENCY_READ)
+                    .bind(&c.scope)
+                    .bind(&c.key)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                let Some(row) = row else {
+                    // Deleted by expiry between the two statements: a retry starts afresh.
+                    return Ok(IdempotencyStart::InFlight);
+                };
+                let hash: String = row.try_get("request_hash")?;
+                let state: String = row.try_get("state")?;
+                if hash != c.request_hash {
+                    return Ok(IdempotencyStart::Mismatch);
+                }
+                if state != "done" {
+                    return Ok(IdempotencyStart::InFlight);
+                }
+                let status: i32 = row.try_get("response_status")?;
+                let body: String = row.try_get("response_body")?;
+                Ok(IdempotencyStart::Replay {
+                    status: u16::try_from(status)
+                        .map_err(|_| StoreError::Corrupt(format!("response status {status}")))?,
+                    body,
+                })
+            }
+
+            async fn idempotency_release(&self, scope: &str, key: &str) -> StoreResult<()> {
+                sqlx::query(IDEMPOTENCY_RELEASE)
+                    .bind(scope)
+                    .bind(key)
+                    .execute(&self.write)
+                    .await?;
+                Ok(())
+            }
+
+            async fn idempotency_expire(&self, now: Millis) -> StoreResult<u64> {
+                Ok(sqlx::query(IDEMPOTENCY_EXPIRE)
+                    .bind(now)
+                    .execute(&self.write)
+                    .await?
+                    .rows_affected())
+            }
+
+            async fn fingerprint_count(
+                &self,
+                author: &str,
+                fingerprint: &str,
+                since: Millis,
+            ) -> StoreResult<i64> {
+                Ok(sqlx::query_scalar(FINGERPRINT_COUNT)
+                    .bind(author)
+                    .bind(fingerprint)
+                    .bind(since)
+                    .fetch_one(&self.read)
+                    .await?)
+            }
+
+            async fn create_item(
+                &self,
+                item: &NewItem,
+                decisions: &[NewDecision],
+                response: Option<&IdempotencyResponse>,
+            ) -> StoreResult<CreateOutcome> {
+                let $s = self;
+                let mut tx = $begin.await?;
+                let inserted = sqlx::query(INSERT_ITEM)
+                    .bind(&item.id)
+                    .bind(&item.client)
+                    .bind(item.external_id.as_deref())
+                    .bind(&item.kind)
+                    .bind(&item.author)
+                    .bind(&item.body)
+                    .bind(&item.context)
+                    .bind(&item.fingerprint)
+                    .bind(item.status.as_str())
+                    .bind(
+                        (item.status != crate::status::ItemStatus::PendingScan).then_some("system"),
+                    )
+                    .bind(item.sync_verdict.map(|v| v.as_str()))
+                    .bind(item.needs_eval.then_some(item.now))
+                    .bind(item.now)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                if inserted == 0 {
+                    let existing_id: String = sqlx::query_scalar(ITEM_BY_EXTERNAL_ID)
+                        .bind(&item.client)
+                        .bind(item.external_id.as_deref())
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    tx.rollback().await?;
+                    return Ok(CreateOutcome::DuplicateExternalId { existing_id });
+                }
+                insert_transition(
+                    &mut tx,
+                    &item.id,
+                    crate::status::ItemStatus::Received,
+                    item.status,
+                    1,
+                    &item.cause,
+                    crate::status::Actor::System,
+                    None,
+                    &item.reason,
+                    &item.correlation_id,
+                    item.now,
+                )
+                .await?;
+                insert_decisions(&mut tx, &item.id, 1, decisions, item.now).await?;
+                if let Some(r) = response {
+                    sqlx::query(IDEMPOTENCY_DONE)
+                        .bind(&r.scope)
+                        .bind(&r.key)
+                        .bind(i32::from(r.status))
+                        .bind(&r.body)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                let row = sqlx::query(&format!("SELECT {ITEM_COLUMNS} FROM items {ITEM_BY_ID}"))
+                    .bind(&item.id)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                let created = item_from_row(&row)?;
+                tx.commit().await?;
+                Ok(CreateOutcome::Created(created))
+            }
+
+            async fn item(&self, id: &str) -> StoreResult<Option<Item>> {
+                let row = sqlx::query(&format!("SELECT {ITEM_COLUMNS} FROM items {ITEM_BY_ID}"))
+                    .bind(id)
+                    .fetch_optional(&self.read)
+                    .await?;
+                row.as_ref().map(item_from_row).transpose()
+            }
+
+            async fn item_details(&self, id: &str) -> StoreResult<Option<ItemDetails>> {
+                let mut tx = self.read.begin().await?;
+                let Some(row) =
+                    sqlx::query(&format!("SELECT {ITEM_COLUMNS} FROM items {ITEM_BY_ID}"))
+                        .bind(id)
+                        .fetch_optional(&mut *tx)
+                        .await?
+                else {
+                    return Ok(None);
+                };
+                let item = item_from_row(&row)?;
+                let counters = sqlx::query_as::<_, (String, i64)>(COUNTERS)
+                    .bind(id)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                let decisions = sqlx::query(DECISIONS)
+                    .bind(id)
+                    .fetch_all(&mut *tx)
+                    .await?
+                    .iter()
+                    .map(decision_from_row)
+                    .collect::<StoreResult<Vec<_>>>()?;
+                let transitions = sqlx::query(TRANSITIONS)
+                    .bind(id)
+                    .fetch_all(&mut *tx)
+                    .await?
+                    .iter()
+                    .map(transition_from_row)
+                    .collect::<StoreResult<Vec<_>>>()?;
+                tx.commit().await?;
+                Ok(Some(ItemDetails {
+                    item,
+                    counters,
+                    decisions,
+                    transitions,
+                }))
+            }
+
+            async fn append_event(&self, e: &NewEvent) -> StoreResult<EventOutcome> {
+                let $s = self;
+                let mut tx = $begin.await?;
+                let bumped = sqlx::query_as::<_, (i64, Option<i64>)>(EVENT_BUMP)
+                    .bind(&e.item_id)
+                    .bind(e.now)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let Some((seq, since)) = bumped else {
+                    let status: Option<String> = sqlx::query_scalar(ITEM_STATUS)
+                        .bind(&e.item_id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    tx.rollback().await?;
+                    return Ok(if status.is_some() {
+                        EventOutcome::Deleted
+                    } else {
+                        EventOutcome::NotFound
+                    });
+                };
+                if let (Some(text), Some(fingerprint)) = (&e.text, &e.fingerprint) {
+                    sqlx::query(EVENT_EDIT)
+                        .bind(&e.item_id)
+                        .bind(text)
+                        .bind(fingerprint)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                sqlx::query(INSERT_EVENT)
+                    .bind(&e.item_id)
+                    .bind(seq)
+                    .bind(e.kind.as_str())
+                    .bind(&e.actor)
+                    .bind(e.text.as_deref())
+                    .bind(e.now)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(COUNTER_BUMP)
+                    .bind(&e.item_id)
+                    .bind(e.kind.as_str())
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(EventOutcome::Appended {
+                    event_seq: seq,
+                    needs_eval_since: since.unwrap_or(e.now),
+                })
+            }
+
+            async fn transition(&self, r: &TransitionRequest) -> StoreResult<Transition> {
+                let $s = self;
+                let mut tx = $begin.await?;
+                let sql = if r.actor.is_automated() {
+                    TRANSITION_AUTOMATED
+                } else {
+                    TRANSITION_MANUAL
+                };
+                let version: Option<i64> = sqlx::query_scalar(sql)
+                    .bind(r.to.as_str())
+                    .bind(r.actor.as_str())
+                    .bind(r.now)
+                    .bind(&r.item_id)
+                    .bind(r.expected_version)
+                    .bind(r.from.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let Some(version) = version else {
+                    tx.rollback().await?;
+                    return Ok(Transition::Stale);
+                };
+                insert_transition(
+                    &mut tx,
+                    &r.item_id,
+                    r.from,
+                    r.to,
+                    version,
+                    &r.cause,
+                    r.actor,
+                    r.actor_name.as_deref(),
+                    &r.reason,
+                    &r.correlation_id,
+                    r.now,
+                )
+                .await?;
+                tx.commit().await?;
+                Ok(Transition::Applied { version })
+            }
+
+            async fn snapshot_data(
+                &self,
+                id: &str,
+                author_since: Millis,
+                duplicate_since: Millis,
+            ) -> StoreResult<Option<SnapshotData>> {
+                let mut tx = self.read.begin().await?;
+                let Some(row) =
+                    sqlx::query(&format!("SELECT {ITEM_COLUMNS} FROM items {ITEM_BY_ID}"))
+                        .bind(id)
+                        .fetch_optional(&mut *tx)
+                        .await?
+                else {
+                    return Ok(None);
+                };
+                let item = item_from_row(&row)?;
+                let counters = sqlx::query_as::<_, (String, i64)>(COUNTERS)
+                    .bind(id)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                let author_recent_items: i64 = sqlx::query_scalar(AUTHOR_RECENT)
+                    .bind(&item.author)
+                    .bind(author_since)
+                    .bind(id)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                let (author_rejected_items, author_held_items) =
+                    sqlx::query_as::<_, (i64, i64)>(AUTHOR_STANDING)
+                        .bind(&item.author)
+                        .bind(id)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                let duplicate_count: i64 = sqlx::query_scalar(DUPLICATES)
+                    .bind(&item.author)
+                    .bind(&item.fingerprint)
+                    .bind(duplicate_since)
+                    .bind(id)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                let mut trigger = sqlx::query_as::<_, (String, String, i64)>(TRIGGER_EVENTS)
+                    .bind(id)
+                    .bind(item.evaluated_seq)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                trigger.reverse();
+                tx.commit().await?;
+                Ok(Some(SnapshotData {
+                    item,
+                    counters,
+                    author_recent_items,
+                    author_rejected_items,
+                    author_held_items,
+                    duplicate_count,
+                    trigger,
+                }))
+            }
+
+            async fn commit_evaluation(&self, c: &EvaluationCommit) -> StoreResult<CommitOutcome> {
+                let $s = self;
+                let mut tx = $begin.await?;
+                let outcome = match c.to {
+                    Some(to) => {
+                        let version: Option<i64> = sqlx::query_scalar(COMMIT_TRANSITION)
+                            .bind(to.as_str())
+                            .bind(c.now)
+                            .bind(c.snapshot_event_seq)
+                            .bind(&c.item_id)
+                            .bind(c.snapshot_version)
+                            .bind(c.from.as_str())
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                        match version {
+                            Some(version) => {
+                                insert_transition(
+                                    &mut tx,
+                                    &c.item_id,
+                                    c.from,
+                                    to,
+                                    version,
+                                    "evaluation",
+                                    crate::status::Actor::Rules,
+                                    None,
+                                    &c.reason,
+                                    &c.correlation_id,
+                                    c.now,
+                                )
+                                .await?;
+                                CommitOutcome::Transitioned { version }
+                            }
+                            None => CommitOutcome::Stale,
+                        }
+                    }
+                    None => {
+                        let updated = sqlx::query(COMMIT_RECORD)
+                            .bind(c.snapshot_event_seq)
+                            .bind(&c.item_id)
+                            .bind(c.snapshot_version)
+                            .execute(&mut *tx)
+                            .await?
+                            .rows_affected();
+                        if updated == 1 {
+                            CommitOutcome::Recorded
+                        } else {
+                            CommitOutcome::Stale
+                        }
+                    }
+                };
+                if outcome == CommitOutcome::Stale {
+                    tx.rollback().await?;
+                    return Ok(outcome);
+                }
+                insert_decisions(&mut tx, &c.item_id, c.snapshot_version, &c.decisions, c.now)
+                    .await?;
+                tx.commit().await?;
+                Ok(outcome)
+            }
+
+            async fn pending_evaluations(
+                &self,
+                before: Millis,
+                limit: i64,
+            ) -> StoreResult<Vec<String>> {
+                Ok(sqlx::query_scalar(PENDING)
+                    .bind(before)
+                    .bind(limit)
+                    .fetch_all(&self.read)
+                    .await?)
+            }
+
+            async fn review_queue(
+                &self,
+                after: Option<&ReviewCursor>,
+                limit: i64,
+            ) -> StoreResult<Vec<Item>> {
+                let rows = match after {
+                    None => {
+                        sqlx::query(&format!("SELECT {ITEM_COLUMNS} FROM items {REVIEW_FIRST}"))
+                            .bind(limit)
+                            .fetch_all(&self.read)
+                            .await?
+                    }
+                    Some((at, id)) => {
+                        sqlx::query(&format!("SELECT {ITEM_COLUMNS} FROM items {REVIEW_AFTER}"))
+                            .bind(*at)
+                            .bind(id)
+                            .bind(limit)
+                            .fetch_all(&self.read)
+                            .await?
+                    }
+                };
+                rows.iter().map(item_from_row).collect()
+            }
+        }
+    };
+}
+
+pub(super) use impl_store;
