@@ -23,6 +23,9 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the HTTP API and the evaluation loop (SQLite in ./data and the
+    /// plugins in ./plugins by default).
+    Serve(crate::config::ServeFlags),
     /// Work with plugin files (for rule authors).
     #[command(subcommand)]
     Plugin(PluginCommand),
@@ -67,6 +70,17 @@ fn parse_pair(s: &str) -> Result<(String, String), String> {
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Serve(flags) => {
+            let config = crate::config::Config::load(&flags)?;
+            let runtime = tokio::runtime::Runtime::new()?;
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::bind(config.listen)
+                    .await
+                    .with_context(|| format!("binding {}", config.listen))?;
+                crate::serve(config, listener, crate::shutdown_signal()).await
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Plugin(cmd) => run_plugin(cmd),
     }
 }

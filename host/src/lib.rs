@@ -7,18 +7,102 @@
 //!
 //! # Layout
 //!
-//! - [`rules`]: the rule runtime — engine, loading, sandboxed evaluation.
+//! - [`api`]: the HTTP API (axum): routes, auth, the one error format, OpenAPI.
+//! - [`store`]: the source of truth (SQLite or PostgreSQL), conditional writes.
+//! - [`status`]: the item state machine's transition table.
+//! - [`worker`]: evaluation of pending items, and the reconciler.
+//! - [`judge`]: running one phase's plugins on a snapshot and combining verdicts.
+//! - [`rules`]: the rule runtime — engine, loading, registry, sandboxed evaluation.
+//! - [`fingerprint`]: normalised-content fingerprints (duplicate text).
 //! - [`verdict`]: verdicts and their severity order.
-//! - [`cli`]: the `gavel` command line (`gavel plugin check|eval|test`).
+//! - [`config`]: layered configuration and API tokens.
+//! - [`cli`]: the `gavel` command line.
 //! - [`telemetry`]: tracing subscriber set-up.
 
+pub mod api;
 pub mod cli;
 pub mod config;
+pub mod fingerprint;
+pub mod judge;
 pub mod rules;
 pub mod status;
 pub mod store;
 pub mod telemetry;
 pub mod verdict;
+pub mod worker;
+
+use std::future::Future;
+use std::sync::Arc;
+
+/// Runs gavel on `listener` until `shutdown` resolves: opens the store
+/// (migrating it), loads the plugin directory, starts the evaluation loop and
+/// serves the API. On shutdown it stops accepting, lets in-flight requests
+/// and evaluations finish (up to `shutdown_grace_ms`), then returns.
+pub async fn serve(
+    config: config::Config,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let config = Arc::new(config);
+    let tokens = config::resolve_tokens(&config)?;
+    let store = store::open(&config.database_url(), config.database_max_connections).await?;
+    let engine = Arc::new(rules::RuleEngine::new(config.limits.clone())?);
+    let registry = Arc::new(rules::Registry::new(engine));
+    let plugin_dir = config.plugin_dir.clone();
+    {
+        let registry = registry.clone();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = registry.load_dir(&plugin_dir) {
+                tracing::error!(dir = %plugin_dir.display(), error = %e, "cannot read the plugin directory; running with no plugins");
+            }
+        })
+        .await?;
+    }
+    let (scheduler, worker) = worker::start(
+        store.clone(),
+        registry.clone(),
+        config.evaluation.clone(),
+        config.ingest.clone(),
+    );
+    let state = api::AppState::new(
+        config.clone(),
+        store.clone(),
+        registry.clone(),
+        scheduler,
+        api::Tokens::new(&tokens),
+    );
+    let app = api::router(state);
+    tracing::info!(
+        addr = %listener.local_addr()?, store = store.backend(),
+        plugins = registry.plugins().len(), "gavel is serving"
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    tracing::info!("HTTP server stopped; finishing evaluations in flight");
+    worker.shutdown(config.shutdown_grace()).await;
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+    tracing::info!("shutdown signal received");
+}
 
 /// Serde helper: a `Duration` as whole milliseconds (config files say `*_ms`).
 pub(crate) mod duration_ms {

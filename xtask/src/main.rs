@@ -1,9 +1,11 @@
 //! gavel's developer commands, run as `cargo xtask <command>`:
 //!
-//! - `run`: install what is missing, build the example plugins, and run them.
+//! - `run`: install what is missing, build the example plugins into
+//!   `plugins/`, show their verdicts on sample cases, then `gavel serve`.
 //! - `test`: install what is missing, then run every test.
 //! - `build-plugins [DIR]`: build the example plugins and copy them, named
-//!   after the plugin (`link-spam.wasm`, ...), into DIR (default `target/plugins`).
+//!   after the plugin (`link-spam.wasm`, ...), into DIR (default `plugins/`,
+//!   the directory `gavel serve` loads by default).
 //!
 //! Each command installs what a fresh machine lacks (the wasm32-wasip2
 //! target, componentize-py) or says exactly what is missing.
@@ -26,7 +28,7 @@ fn main() -> anyhow::Result<()> {
             let dir = args
                 .get(1)
                 .map(PathBuf::from)
-                .unwrap_or_else(|| root.join("target/plugins"));
+                .unwrap_or_else(|| root.join("plugins"));
             build_plugins(&root, &dir).map(|_| ())
         }
         _ => {
@@ -127,18 +129,18 @@ fn gavel_binary(root: &Path) -> anyhow::Result<PathBuf> {
 }
 
 fn run(root: &Path) -> anyhow::Result<()> {
-    let plugins = build_plugins(root, &root.join("target/plugins"))?;
+    let plugins = build_plugins(root, &root.join("plugins"))?;
     let gavel = gavel_binary(root)?;
+    // Show each example rule on its sample cases, then serve.
     for (wasm, cases) in &plugins {
-        println!();
-        sh(Command::new(&gavel).args(["plugin", "check"]).arg(wasm))?;
         sh(Command::new(&gavel)
             .args(["plugin", "test"])
             .arg(wasm)
             .arg("--cases")
             .arg(cases))?;
     }
-    Ok(())
+    eprintln!("\nstarting gavel serve on http://127.0.0.1:8080 (Ctrl-C to stop)");
+    sh(Command::new(&gavel).arg("serve"))
 }
 
 fn test(root: &Path) -> anyhow::Result<()> {

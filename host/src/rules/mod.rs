@@ -12,6 +12,7 @@ mod bindings;
 mod evaluation;
 mod limits;
 mod plugin;
+mod registry;
 mod sandbox;
 mod snapshot;
 
@@ -19,6 +20,7 @@ pub use bindings::{AuthorStats, Event, Item, Snapshot};
 pub use evaluation::{Decision, Digest, Evaluation, Outcome, PluginStamp};
 pub use limits::{MEMORY_CEILING_BYTES, RuntimeLimits};
 pub use plugin::{LoadError, LoadErrorKind, LoadedPlugin, Phase, PluginInfo};
+pub use registry::{LoadFailure, Manifest, RegisteredPlugin, Registry};
 pub use snapshot::{fit_snapshot, snapshot_from_spec};
 
 use crate::verdict::Verdict;
@@ -118,8 +120,20 @@ impl RuleEngine {
             bindings::Phase::Sync => self.limits.sync_deadline,
             bindings::Phase::Async => self.limits.async_deadline,
         };
+        self.evaluate_with(plugin, snapshot, deadline, self.limits.memory_bytes)
+    }
+
+    /// [`RuleEngine::evaluate`] with a plugin's own deadline and memory cap
+    /// (sidecar overrides).
+    pub fn evaluate_with(
+        &self,
+        plugin: &LoadedPlugin,
+        snapshot: &Snapshot,
+        deadline: Duration,
+        memory_bytes: usize,
+    ) -> Evaluation {
         let started = Instant::now();
-        let mut store = self.new_store(&plugin.stamp.name, self.limits.memory_bytes, deadline);
+        let mut store = self.new_store(&plugin.stamp.name, memory_bytes, deadline);
         let result = plugin
             .pre
             .instantiate(&mut store)

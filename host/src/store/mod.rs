@@ -263,6 +263,9 @@ impl EventKind {
     }
 }
 
+/// Builds the idempotent response of an event request inside its transaction.
+pub type EventResponse = dyn Fn(i64, Millis) -> IdempotencyResponse + Send + Sync;
+
 /// What appending an event did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum EventOutcome {
@@ -432,8 +435,14 @@ pub trait ItemStore: Send + Sync + 'static {
     async fn item_details(&self, id: &str) -> StoreResult<Option<ItemDetails>>;
 
     /// Appends an event, bumps its counter and marks the item for
-    /// evaluation, in one transaction.
-    async fn append_event(&self, event: &NewEvent) -> StoreResult<EventOutcome>;
+    /// evaluation, in one transaction; with `response`, also completes the
+    /// idempotency key with the response it builds from (event_seq,
+    /// needs_eval_since).
+    async fn append_event(
+        &self,
+        event: &NewEvent,
+        response: Option<&EventResponse>,
+    ) -> StoreResult<EventOutcome>;
 
     /// A conditional status change with its audit row.
     async fn transition(&self, req: &TransitionRequest) -> StoreResult<Transition>;

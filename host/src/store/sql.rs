@@ -463,7 +463,11 @@ macro_rules! impl_store {
                 }))
             }
 
-            async fn append_event(&self, e: &NewEvent) -> StoreResult<EventOutcome> {
+            async fn append_event(
+                &self,
+                e: &NewEvent,
+                response: Option<&EventResponse>,
+            ) -> StoreResult<EventOutcome> {
                 let $s = self;
                 let mut tx = $begin.await?;
                 let bumped = sqlx::query_as::<_, (i64, Option<i64>)>(EVENT_BUMP)
@@ -505,10 +509,21 @@ macro_rules! impl_store {
                     .bind(e.kind.as_str())
                     .execute(&mut *tx)
                     .await?;
+                let since = since.unwrap_or(e.now);
+                if let Some(respond) = response {
+                    let r = respond(seq, since);
+                    sqlx::query(IDEMPOTENCY_DONE)
+                        .bind(&r.scope)
+                        .bind(&r.key)
+                        .bind(i32::from(r.status))
+                        .bind(&r.body)
+                        .execute(&mut *tx)
+                        .await?;
+                }
                 tx.commit().await?;
                 Ok(EventOutcome::Appended {
                     event_seq: seq,
-                    needs_eval_since: since.unwrap_or(e.now),
+                    needs_eval_since: since,
                 })
             }
 

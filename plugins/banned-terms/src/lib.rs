@@ -3,7 +3,7 @@
 //! accents (`Fóo` matches `foo`, `foobar` does not). `verdict` sets what a
 //! match means (`flag`, `hold` or `reject`; default `reject`).
 
-use gavel_plugin_sdk::{Decision, PluginInfo, Rule, Snapshot, Verdict, export_rule};
+use gavel_plugin_sdk::{Decision, Phase, PluginInfo, Rule, Snapshot, Verdict, export_rule};
 use unicode_normalization::UnicodeNormalization;
 use unicode_normalization::char::is_combining_mark;
 
@@ -30,6 +30,8 @@ impl Rule for BannedTerms {
             "1.0.0",
             "Terms the community bans, matched on whole words",
         )
+        // Cheap enough to run inline at submission, and again after edits.
+        .phases(&[Phase::Sync, Phase::Async])
     }
 
     fn evaluate(snapshot: &Snapshot) -> Result<Decision, String> {

@@ -1,0 +1,190 @@
+//! Moderator routes: `POST /v1/items/{id}/moderation`, `GET /v1/review-queue`.
+
+use super::AppState;
+use super::auth::Moderator;
+use super::error::{ApiError, ErrorBody, Json, Path, Query};
+use super::items::{ItemView, item_view, request_id};
+use crate::status::ItemStatus;
+use crate::store::{ModerationOutcome, moderate as store_moderate};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+/// A moderator's decision.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModerationRequest {
+    /// `visible`, `held_for_review`, `rejected` or `deleted`.
+    pub status: ItemStatus,
+    /// Why; kept in the audit trail.
+    pub reason: String,
+    /// Who decided; defaults to the token's name.
+    #[serde(default)]
+    pub moderator: Option<String>,
+}
+
+/// Decide an item by hand. A manual decision is final for automation:
+/// later automated transitions are refused by the store. `If-Match: VERSION`
+/// makes the change conditional on the version the moderator saw.
+#[utoipa::path(
+    post, path = "/v1/items/{id}/moderation", tag = "moderator",
+    request_body = ModerationRequest,
+    params(("id" = String, Path), ("If-Match" = Option<String>, Header, description = "the item version the decision is based on")),
+    responses(
+        (status = 200, body = ItemView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn moderate(
+    State(state): State<AppState>,
+    Moderator(caller): Moderator,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    Json(req): Json<ModerationRequest>,
+) -> Result<Json<ItemView>, ApiError> {
+    if !req.status.is_moderator_target() && req.status != ItemStatus::Deleted {
+        return Err(ApiError::bad_request(
+            "illegal_transition",
+            format!("a moderator cannot set status {}", req.status),
+        ));
+    }
+    if req.reason.len() > 1024 {
+        return Err(ApiError::bad_request(
+            "invalid_body",
+            "`reason` is over 1 KiB",
+        ));
+    }
+    let if_match = match headers.get(axum::http::header::IF_MATCH) {
+        None => None,
+        Some(v) => Some(
+            v.to_str()
+                .ok()
+                .map(|s| s.trim().trim_matches('"'))
+                .and_then(|s| s.parse::<i64>().ok())
+                .ok_or_else(|| {
+                    ApiError::bad_request(
+                        "invalid_if_match",
+                        "If-Match must be an item version number",
+                    )
+                })?,
+        ),
+    };
+    let moderator = req.moderator.clone().unwrap_or_else(|| caller.name.clone());
+    let outcome = store_moderate(
+        state.store.as_ref(),
+        &id,
+        req.status,
+        if_match,
+        &moderator,
+        &req.reason,
+        &request_id(&headers),
+    )
+    .await?;
+    match outcome {
+        ModerationOutcome::Applied(_) => {
+            let d = state
+                .store
+                .item_details(&id)
+                .await?
+                .ok_or_else(|| ApiError::not_found("item"))?;
+            Ok(Json(item_view(
+                d.item,
+                d.counters,
+                d.decisions,
+                d.transitions,
+            )))
+        }
+        ModerationOutcome::NotFound => Err(ApiError::not_found("item")),
+        ModerationOutcome::VersionMismatch { current } => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "version_mismatch",
+            format!("the item is at version {current}, not the version in If-Match"),
+        )),
+        ModerationOutcome::Illegal { from } => Err(ApiError::bad_request(
+            "illegal_transition",
+            format!("an item in status {from} cannot become {}", req.status),
+        )),
+    }
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewQueueQuery {
+    /// Items per page, 1-500 (default 50).
+    pub limit: Option<i64>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+/// A page of the review queue.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReviewQueuePage {
+    pub items: Vec<ReviewItem>,
+    /// Pass as `cursor` for the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// An item waiting for a human.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReviewItem {
+    pub id: String,
+    pub kind: String,
+    pub author: String,
+    pub text: String,
+    pub version: i64,
+    /// When it was held (ms since the epoch).
+    pub held_since: i64,
+}
+
+/// Items held for review, oldest first.
+#[utoipa::path(
+    get, path = "/v1/review-queue", tag = "moderator",
+    params(ReviewQueueQuery),
+    responses((status = 200, body = ReviewQueuePage), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn review_queue(
+    State(state): State<AppState>,
+    Moderator(_moderator): Moderator,
+    Query(q): Query<ReviewQueueQuery>,
+) -> Result<Json<ReviewQueuePage>, ApiError> {
+    let limit = q.limit.unwrap_or(50);
+    if !(1..=500).contains(&limit) {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            "limit must be 1-500",
+        ));
+    }
+    let cursor = q
+        .cursor
+        .as_deref()
+        .map(|c| {
+            c.split_once('_')
+                .and_then(|(at, id)| Some((at.parse::<i64>().ok()?, id.to_string())))
+                .ok_or_else(|| {
+                    ApiError::bad_request("invalid_cursor", "cursor is not one gavel issued")
+                })
+        })
+        .transpose()?;
+    let items = state.store.review_queue(cursor.as_ref(), limit).await?;
+    let next_cursor = (items.len() as i64 == limit)
+        .then(|| items.last().map(|i| format!("{}_{}", i.updated_at, i.id)))
+        .flatten();
+    Ok(Json(ReviewQueuePage {
+        items: items
+            .into_iter()
+            .map(|i| ReviewItem {
+                id: i.id,
+                kind: i.kind,
+                author: i.author,
+                text: i.body,
+                version: i.version,
+                held_since: i.updated_at,
+            })
+            .collect(),
+        next_cursor,
+    }))
+}

@@ -1,0 +1,106 @@
+//! Health, readiness, the plugin list and the OpenAPI document.
+
+use super::AppState;
+use super::auth::Moderator;
+use super::error::{ApiError, ErrorBody, Json};
+use crate::store::Mode;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// Liveness: the process answers.
+#[utoipa::path(get, path = "/healthz", tag = "system", responses((status = 200, description = "alive")))]
+pub async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// Readiness: the store answers.
+#[utoipa::path(get, path = "/readyz", tag = "system", responses((status = 200, description = "ready"), (status = 503, body = ErrorBody)))]
+pub async fn readyz(State(state): State<AppState>) -> Response {
+    match state.store.ping().await {
+        Ok(()) => (StatusCode::OK, "ready").into_response(),
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+/// A loaded plugin.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PluginView {
+    pub name: String,
+    pub version: String,
+    /// sha256 of the component file, hex.
+    pub digest: String,
+    pub description: String,
+    pub mode: Mode,
+    pub enabled: bool,
+    pub phases: Vec<String>,
+    pub path: String,
+    pub loaded_at: i64,
+}
+
+/// A plugin file that failed to load.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PluginFailureView {
+    pub path: String,
+    pub error: String,
+    pub at: i64,
+}
+
+/// Loaded plugins and files that failed to load.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PluginsView {
+    pub plugins: Vec<PluginView>,
+    pub failures: Vec<PluginFailureView>,
+}
+
+/// The plugins gavel runs, and why any file in the plugin directory is not running.
+#[utoipa::path(
+    get, path = "/v1/plugins", tag = "moderator",
+    responses((status = 200, body = PluginsView), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn plugins(
+    State(state): State<AppState>,
+    Moderator(_moderator): Moderator,
+) -> Json<PluginsView> {
+    let plugins = state
+        .registry
+        .plugins()
+        .iter()
+        .map(|p| PluginView {
+            name: p.plugin.info.name.clone(),
+            version: p.plugin.info.version.clone(),
+            digest: p.plugin.stamp.digest.to_hex(),
+            description: p.plugin.info.description.clone(),
+            mode: p.mode,
+            enabled: p.enabled,
+            phases: p.phases.iter().map(|p| p.as_str().to_string()).collect(),
+            path: p.plugin.path.display().to_string(),
+            loaded_at: p.loaded_at_ms,
+        })
+        .collect();
+    let failures = state
+        .registry
+        .failures()
+        .into_iter()
+        .map(|f| PluginFailureView {
+            path: f.path.display().to_string(),
+            error: f.error,
+            at: f.at_ms,
+        })
+        .collect();
+    Json(PluginsView { plugins, failures })
+}
+
+/// This document.
+#[utoipa::path(get, path = "/openapi.json", tag = "system", responses((status = 200, description = "OpenAPI 3.1 document")))]
+pub async fn openapi() -> Response {
+    let mut r = super::openapi_json().into_response();
+    r.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    r
+}

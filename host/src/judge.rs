@@ -1,0 +1,217 @@
+//! Judging an item: build the snapshot, run every plugin of a phase,
+//! combine the verdicts. Shared by the submission path (sync phase) and the
+//! worker (async phase).
+
+use crate::rules::{
+    AuthorStats, Evaluation, Event, Item, Outcome, Phase, RegisteredPlugin, Registry, Snapshot,
+    fit_snapshot,
+};
+use crate::status::ItemStatus;
+use crate::store::{Mode, NewDecision, SnapshotData};
+use crate::verdict::Verdict;
+use std::sync::Arc;
+
+/// The status an automated verdict settles an item in.
+pub fn status_for(verdict: Verdict) -> ItemStatus {
+    match verdict {
+        Verdict::Allow | Verdict::Flag => ItemStatus::Visible,
+        Verdict::Hold => ItemStatus::HeldForReview,
+        Verdict::Reject => ItemStatus::Rejected,
+    }
+}
+
+/// The WIT snapshot of stored data, cut to the snapshot size limit.
+pub fn snapshot_of(data: &SnapshotData, phase: Phase, now_ms: i64, max_bytes: usize) -> Snapshot {
+    let item = &data.item;
+    let mut snapshot = Snapshot {
+        item: Item {
+            id: item.id.clone(),
+            kind: item.kind.clone(),
+            author: item.author.clone(),
+            text: item.body.clone(),
+            text_truncated: false,
+            context: context_pairs(&item.context),
+            created_at_ms: item.created_at as u64,
+            version: item.version as u64,
+        },
+        counters: data
+            .counters
+            .iter()
+            .map(|(n, v)| (n.clone(), *v as u64))
+            .collect(),
+        author: AuthorStats {
+            recent_items: clamp_u32(data.author_recent_items),
+            rejected_items: clamp_u32(data.author_rejected_items),
+            held_items: clamp_u32(data.author_held_items),
+        },
+        duplicate_count: clamp_u32(data.duplicate_count),
+        trigger: data
+            .trigger
+            .iter()
+            .map(|(kind, actor, at)| Event {
+                kind: kind.clone(),
+                actor: actor.clone(),
+                at_ms: *at as u64,
+            })
+            .collect(),
+        config: Vec::new(),
+        phase: phase.into(),
+        now_ms: now_ms as u64,
+    };
+    fit_snapshot(&mut snapshot, max_bytes);
+    snapshot
+}
+
+fn clamp_u32(v: i64) -> u32 {
+    v.clamp(0, u32::MAX as i64) as u32
+}
+
+/// A stored `context` object as string pairs (non-string values as JSON text).
+pub fn context_pairs(json: &str) -> Vec<(String, String)> {
+    match serde_json::from_str::<serde_json::Value>(json) {
+        Ok(serde_json::Value::Object(map)) => map
+            .into_iter()
+            .map(|(k, v)| match v {
+                serde_json::Value::String(s) => (k, s),
+                other => (k, other.to_string()),
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The result of running one phase's plugins on a snapshot.
+#[derive(Debug)]
+pub struct Judgement {
+    pub evaluations: Vec<(Arc<RegisteredPlugin>, Evaluation)>,
+    /// The most severe verdict among enforcing plugins (failures count as
+    /// `hold` when fail-closed), `None` if no enforcing plugin decided.
+    pub verdict: Option<Verdict>,
+}
+
+impl Judgement {
+    /// The decision rows to store; `applied` when the plugin enforces, it
+    /// decided, and the result is applied at all (not after a manual decision).
+    pub fn decisions(&self, phase: Phase, applied: bool) -> Vec<NewDecision> {
+        self.evaluations
+            .iter()
+            .map(|(p, e)| {
+                let d = e.decision.as_ref();
+                NewDecision {
+                    plugin: e.plugin.name.clone(),
+                    plugin_version: e.plugin.version.clone(),
+                    plugin_digest: e.plugin.digest.to_hex(),
+                    phase,
+                    verdict: d.map(|d| d.verdict),
+                    score: d.map_or(0.0, |d| d.score as f64),
+                    labels: d.map_or_else(Vec::new, |d| d.labels.clone()),
+                    reason: d.map_or_else(String::new, |d| d.reason.clone()),
+                    mode: p.mode,
+                    applied: applied && p.mode == Mode::Enforce && e.outcome == Outcome::Ok,
+                    duration_us: e.duration.as_micros() as i64,
+                    outcome: e.outcome,
+                    error: e.error.clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// A one-line reason for the audit row: which plugins drove the verdict.
+    pub fn reason(&self) -> String {
+        let Some(verdict) = self.verdict else {
+            return "no enforcing plugin decided".into();
+        };
+        let by: Vec<String> = self
+            .evaluations
+            .iter()
+            .filter(|(p, e)| {
+                p.mode == Mode::Enforce && e.decision.as_ref().is_some_and(|d| d.verdict == verdict)
+            })
+            .map(|(_, e)| {
+                let reason = e.decision.as_ref().map_or("", |d| d.reason.as_str());
+                if reason.is_empty() {
+                    e.plugin.name.clone()
+                } else {
+                    format!("{}: {reason}", e.plugin.name)
+                }
+            })
+            .collect();
+        if by.is_empty() {
+            format!("{verdict} (a failing plugin, fail-closed)")
+        } else {
+            format!("{verdict} by {}", by.join("; "))
+        }
+    }
+}
+
+/// Runs every enabled plugin of `phase` on `snapshot` (each with its own
+/// config and limits) and combines their verdicts. Blocking: call from a
+/// blocking thread.
+pub fn judge(
+    registry: &Registry,
+    snapshot: &mut Snapshot,
+    phase: Phase,
+    fail_closed: bool,
+) -> Judgement {
+    let engine = registry.engine();
+    let plugins = registry.plugins();
+    let mut evaluations = Vec::new();
+    for p in plugins.iter().filter(|p| p.runs_in(phase)) {
+        snapshot.config.clone_from(&p.config);
+        let deadline = match phase {
+            Phase::Sync => p.deadline_sync,
+            Phase::Async => p.deadline_async,
+        };
+        let e = engine.evaluate_with(&p.plugin, snapshot, deadline, p.memory_bytes);
+        if e.outcome != Outcome::Ok {
+            tracing::warn!(
+                plugin = %e.plugin.name, version = %e.plugin.version, outcome = %e.outcome,
+                error = e.error.as_deref().unwrap_or(""), "rule evaluation failed"
+            );
+        }
+        evaluations.push((p.clone(), e));
+    }
+    let verdict = Verdict::most_severe(
+        evaluations
+            .iter()
+            .filter(|(p, _)| p.mode == Mode::Enforce)
+            .filter_map(
+                |(_, e)| match (&e.decision, fail_closed && e.outcome.is_failure()) {
+                    (Some(d), _) => Some(d.verdict),
+                    (None, true) => Some(Verdict::Hold),
+                    (None, false) => None,
+                },
+            ),
+    );
+    Judgement {
+        evaluations,
+        verdict,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_map_to_statuses() {
+        assert_eq!(status_for(Verdict::Allow), ItemStatus::Visible);
+        assert_eq!(status_for(Verdict::Flag), ItemStatus::Visible);
+        assert_eq!(status_for(Verdict::Hold), ItemStatus::HeldForReview);
+        assert_eq!(status_for(Verdict::Reject), ItemStatus::Rejected);
+    }
+
+    #[test]
+    fn context_becomes_string_pairs() {
+        let mut pairs = context_pairs(r#"{"lang":"en","age_days":3}"#);
+        pairs.sort();
+        assert_eq!(
+            pairs,
+            vec![
+                ("age_days".into(), "3".into()),
+                ("lang".into(), "en".into())
+            ]
+        );
+        assert!(context_pairs("not json").is_empty());
+    }
+}
