@@ -11,6 +11,8 @@ use gavel_plugin_sdk::spec::SnapshotSpec;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub mod servers;
+
 /// Paths of the built guest components, one constant per guest
 /// (`guests::LINK_SPAM`, `guests::MISBEHAVE`, `guests::SHOUTING`, ...).
 pub mod guests {

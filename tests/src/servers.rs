@@ -1,0 +1,322 @@
+//! Real servers for the tests: a PostgreSQL started from `initdb` into a
+//! temp dir on a free port, and gavel itself served on port 0.
+
+use gavel::config::{Config, Role, TokenConfig};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|dir| Path::new(dir).join(program))
+        .find(|p| p.is_file())
+}
+
+/// One PostgreSQL server per test binary; each caller gets its own database.
+pub struct Postgres {
+    port: u16,
+    next_db: AtomicU32,
+    _dir: tempfile::TempDir,
+}
+
+/// The shared PostgreSQL server, started on first use. It stops by itself
+/// when the test process exits (a watchdog shell follows this process).
+pub fn postgres() -> &'static Postgres {
+    static PG: OnceLock<Postgres> = OnceLock::new();
+    PG.get_or_init(Postgres::start)
+}
+
+impl Postgres {
+    fn start() -> Postgres {
+        let initdb = which("initdb")
+            .expect("initdb (PostgreSQL 15) is not on PATH; `cargo xtask test` checks for it");
+        let postgres = which("postgres").expect("postgres is not on PATH");
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        // PostgreSQL refuses to run as root: drop to the `postgres` (or `nobody`) user.
+        let is_root = unsafe_geteuid() == 0;
+        let user = ["postgres", "nobody"].into_iter().find(|u| {
+            Command::new("id")
+                .arg(u)
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        });
+        let as_user = |program: &Path| -> Command {
+            if is_root {
+                let mut c = Command::new("runuser");
+                c.args([
+                    "-u",
+                    user.expect("a non-root user to run PostgreSQL as"),
+                    "--",
+                ])
+                .arg(program);
+                c
+            } else {
+                Command::new(program)
+            }
+        };
+        if is_root {
+            let uid = Command::new("id")
+                .args(["-u", user.unwrap()])
+                .output()
+                .unwrap();
+            let uid: u32 = String::from_utf8_lossy(&uid.stdout).trim().parse().unwrap();
+            std::os::unix::fs::chown(dir.path(), Some(uid), None).unwrap();
+        }
+        let status = as_user(&initdb)
+            .args([
+                "-A",
+                "trust",
+                "-U",
+                "gavel",
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "-D",
+            ])
+            .arg(&data)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "initdb failed");
+        let port = free_port();
+        let mut server = as_user(&postgres);
+        server
+            .arg("-D")
+            .arg(&data)
+            .args(["-p", &port.to_string(), "-k"])
+            .arg(dir.path())
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-c",
+                "fsync=off",
+                "-c",
+                "max_connections=300",
+            ]);
+        let cmdline: Vec<String> = std::iter::once(server.get_program())
+            .chain(server.get_args())
+            .map(|a| format!("'{}'", a.to_string_lossy()))
+            .collect();
+        let script = format!(
+            "{} >{}/pg.log 2>&1 & pg=$!; while kill -0 {} 2>/dev/null; do sleep 0.5; done; kill -QUIT $pg",
+            cmdline.join(" "),
+            dir.path().display(),
+            std::process::id()
+        );
+        Command::new("sh").args(["-c", &script]).spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "PostgreSQL did not start; see {}/pg.log",
+                dir.path().display()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Postgres {
+            port,
+            next_db: AtomicU32::new(0),
+            _dir: dir,
+        }
+    }
+
+    /// A new empty database; returns its URL.
+    pub async fn database(&self) -> String {
+        use sqlx::Connection;
+        let n = self.next_db.fetch_add(1, Ordering::Relaxed);
+        let name = format!("gavel_test_{}_{n}", std::process::id());
+        let admin = format!("postgres://gavel@127.0.0.1:{}/postgres", self.port);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut conn = loop {
+            match sqlx::PgConnection::connect(&admin).await {
+                Ok(c) => break c,
+                Err(e) if Instant::now() < deadline => {
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("connecting to the test PostgreSQL: {e}"),
+            }
+        };
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        format!("postgres://gavel@127.0.0.1:{}/{name}", self.port)
+    }
+}
+
+fn unsafe_geteuid() -> u32 {
+    // `id -u` rather than libc, to keep the harness free of unsafe code.
+    let out = Command::new("id").arg("-u").output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// Which store a test runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A database URL for `backend`, fresh for each call. For SQLite the file
+/// lives in `dir`.
+pub async fn database_url(backend: Backend, dir: &Path) -> String {
+    match backend {
+        Backend::Sqlite => format!("sqlite://{}", dir.join("gavel.db").display()),
+        Backend::Postgres => postgres().database().await,
+    }
+}
+
+/// gavel serving on 127.0.0.1:0 in this process, with the four Rust example
+/// plugins (and the banned-terms sidecar) in its plugin directory.
+pub struct TestServer {
+    pub url: String,
+    /// Token of client `web`.
+    pub client: String,
+    /// Token of client `app` (another scope).
+    pub client2: String,
+    pub moderator: String,
+    pub config: Config,
+    pub http: reqwest::Client,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    _dir: tempfile::TempDir,
+}
+
+impl TestServer {
+    pub async fn start(backend: Backend) -> TestServer {
+        Self::start_with(backend, |_| {}).await
+    }
+
+    pub async fn start_with(backend: Backend, tweak: impl FnOnce(&mut Config)) -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        let plugins = dir.path().join("plugins");
+        std::fs::create_dir_all(&plugins).unwrap();
+        for (name, path) in [
+            ("link-spam", crate::guests::LINK_SPAM),
+            ("duplicate-burst", crate::guests::DUPLICATE_BURST),
+            ("flag-ratio", crate::guests::FLAG_RATIO),
+            ("banned-terms", crate::guests::BANNED_TERMS),
+        ] {
+            std::fs::copy(path, plugins.join(format!("{name}.wasm"))).unwrap();
+        }
+        std::fs::copy(
+            crate::repo_root().join("plugins/banned-terms.toml"),
+            plugins.join("banned-terms.toml"),
+        )
+        .unwrap();
+        let token = |name: &str, role| TokenConfig {
+            name: name.into(),
+            token: gavel::config::new_token(),
+            role,
+        };
+        let tokens = vec![
+            token("web", Role::Client),
+            token("app", Role::Client),
+            token("mod", Role::Moderator),
+        ];
+        let mut config = Config {
+            data_dir: dir.path().join("data"),
+            plugin_dir: plugins,
+            database_url: Some(database_url(backend, dir.path()).await),
+            tokens: tokens.clone(),
+            limits: crate::test_limits(),
+            ..Config::default()
+        };
+        config.evaluation.reconcile_interval_ms = 200;
+        tweak(&mut config);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(gavel::serve(config.clone(), listener, async {
+            let _ = rx.await;
+        }));
+        let server = TestServer {
+            url,
+            client: tokens[0].token.clone(),
+            client2: tokens[1].token.clone(),
+            moderator: tokens[2].token.clone(),
+            config,
+            http: reqwest::Client::new(),
+            shutdown: Some(tx),
+            task: Some(task),
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(r) = server
+                .http
+                .get(format!("{}/readyz", server.url))
+                .send()
+                .await
+                && r.status().is_success()
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "gavel did not become ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        server
+    }
+
+    /// Stops gracefully and returns what `serve` returned.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        let _ = self.shutdown.take().unwrap().send(());
+        self.task.take().unwrap().await.unwrap()
+    }
+
+    /// `POST path` with a JSON body and a bearer token.
+    pub fn post(&self, path: &str, token: &str) -> reqwest::RequestBuilder {
+        self.http
+            .post(format!("{}{path}", self.url))
+            .bearer_auth(token)
+    }
+
+    pub fn get(&self, path: &str, token: &str) -> reqwest::RequestBuilder {
+        self.http
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(token)
+    }
+
+    /// Polls `GET /v1/items/{id}` until `done` holds (or 20 s pass).
+    pub async fn wait_for(
+        &self,
+        id: &str,
+        done: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let item: serde_json::Value = self
+                .get(&format!("/v1/items/{id}"), &self.moderator)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if done(&item) {
+                return item;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "item never reached the expected state: {item:#}"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+}

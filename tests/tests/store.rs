@@ -1,0 +1,435 @@
+//! The store conformance suite, run on SQLite and on a real PostgreSQL:
+//! conditional writes, the audit trail, idempotency keys (RELIABILITY.md P2).
+
+use gavel::rules::Phase;
+use gavel::status::{Actor, ItemStatus};
+use gavel::store::*;
+use gavel_tests::servers::{Backend, database_url};
+
+struct Opened {
+    store: SharedStore,
+    _dir: tempfile::TempDir,
+}
+
+async fn open(backend: Backend) -> Opened {
+    let dir = tempfile::tempdir().unwrap();
+    let url = database_url(backend, dir.path()).await;
+    Opened {
+        store: gavel::store::open(&url, 16).await.unwrap(),
+        _dir: dir,
+    }
+}
+
+fn new_item(id: &str) -> NewItem {
+    NewItem {
+        id: id.into(),
+        client: "web".into(),
+        external_id: None,
+        kind: "post".into(),
+        author: "alice".into(),
+        body: "hello".into(),
+        context: "{}".into(),
+        fingerprint: gavel::fingerprint::fingerprint("hello"),
+        status: ItemStatus::PendingScan,
+        sync_verdict: None,
+        needs_eval: true,
+        cause: "submitted".into(),
+        reason: String::new(),
+        correlation_id: "test".into(),
+        now: now_ms(),
+    }
+}
+
+async fn create(store: &SharedStore, id: &str) -> Item {
+    match store.create_item(&new_item(id), &[], None).await.unwrap() {
+        CreateOutcome::Created(item) => item,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn request(
+    id: &str,
+    version: i64,
+    from: ItemStatus,
+    to: ItemStatus,
+    actor: Actor,
+) -> TransitionRequest {
+    TransitionRequest {
+        item_id: id.into(),
+        expected_version: version,
+        from,
+        to,
+        actor,
+        actor_name: (actor == Actor::Moderator).then(|| "mod".into()),
+        cause: "test".into(),
+        reason: "test".into(),
+        correlation_id: "test".into(),
+        now: now_ms(),
+    }
+}
+
+fn decision(plugin: &str) -> NewDecision {
+    NewDecision {
+        plugin: plugin.into(),
+        plugin_version: "1.0.0".into(),
+        plugin_digest: "ab".repeat(32),
+        phase: Phase::Async,
+        verdict: Some(gavel::verdict::Verdict::Hold),
+        score: 0.5,
+        labels: vec!["x".into()],
+        reason: "because".into(),
+        mode: Mode::Enforce,
+        applied: true,
+        duration_us: 12,
+        outcome: gavel::rules::Outcome::Ok,
+        error: None,
+    }
+}
+
+/// P2: 32 concurrent moderator and automated transitions from one state:
+/// exactly one succeeds, exactly one audit row.
+async fn concurrent_transitions_from_one_state_have_one_winner(store: SharedStore) {
+    for round in 0..5 {
+        let id = format!("item-p2-{round}");
+        create(&store, &id).await;
+        let targets = [
+            ItemStatus::Visible,
+            ItemStatus::HeldForReview,
+            ItemStatus::Rejected,
+        ];
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..32 {
+            let store = store.clone();
+            let actor = if i % 2 == 0 {
+                Actor::Moderator
+            } else {
+                Actor::Rules
+            };
+            let req = request(&id, 1, ItemStatus::PendingScan, targets[i % 3], actor);
+            tasks.spawn(async move { store.transition(&req).await.unwrap() });
+        }
+        let results = tasks.join_all().await;
+        let applied: Vec<_> = results
+            .iter()
+            .filter(|r| matches!(r, Transition::Applied { .. }))
+            .collect();
+        assert_eq!(applied.len(), 1, "round {round}: {results:?}");
+        assert_eq!(applied[0], &Transition::Applied { version: 2 });
+        let details = store.item_details(&id).await.unwrap().unwrap();
+        assert_eq!(
+            details.transitions.len(),
+            2,
+            "creation + exactly one transition"
+        );
+        assert_eq!(details.item.version, 2);
+        assert_eq!(details.transitions[1].to_status, details.item.status);
+    }
+}
+
+/// A manual decision wins: later automated transitions and evaluation
+/// commits are refused by the conditional update itself.
+async fn automated_changes_are_refused_after_a_moderator_decided(store: SharedStore) {
+    create(&store, "item-m").await;
+    let manual = request(
+        "item-m",
+        1,
+        ItemStatus::PendingScan,
+        ItemStatus::Visible,
+        Actor::Moderator,
+    );
+    assert_eq!(
+        store.transition(&manual).await.unwrap(),
+        Transition::Applied { version: 2 }
+    );
+    let auto = request(
+        "item-m",
+        2,
+        ItemStatus::Visible,
+        ItemStatus::Rejected,
+        Actor::Rules,
+    );
+    assert_eq!(store.transition(&auto).await.unwrap(), Transition::Stale);
+    let commit = EvaluationCommit {
+        item_id: "item-m".into(),
+        snapshot_version: 2,
+        snapshot_event_seq: 0,
+        from: ItemStatus::Visible,
+        to: Some(ItemStatus::Rejected),
+        decisions: vec![decision("r")],
+        reason: "r".into(),
+        correlation_id: "c".into(),
+        now: now_ms(),
+    };
+    assert_eq!(
+        store.commit_evaluation(&commit).await.unwrap(),
+        CommitOutcome::Stale
+    );
+    let d = store.item_details("item-m").await.unwrap().unwrap();
+    assert_eq!(d.item.status, ItemStatus::Visible);
+    assert_eq!(d.item.decided_by, Some(Actor::Moderator));
+    assert!(d.decisions.is_empty(), "a refused commit writes nothing");
+    // The moderator may still change their mind.
+    let again = request(
+        "item-m",
+        2,
+        ItemStatus::Visible,
+        ItemStatus::Rejected,
+        Actor::Moderator,
+    );
+    assert_eq!(
+        store.transition(&again).await.unwrap(),
+        Transition::Applied { version: 3 }
+    );
+}
+
+/// Evaluation commits are fenced by the snapshot version; an event after
+/// the snapshot keeps the item scheduled.
+async fn evaluation_commits_are_fenced_and_keep_late_events_scheduled(store: SharedStore) {
+    create(&store, "item-e").await;
+    for actor in ["u1", "u2", "u3"] {
+        let e = NewEvent {
+            item_id: "item-e".into(),
+            kind: EventKind::Flag,
+            actor: actor.into(),
+            text: None,
+            fingerprint: None,
+            now: now_ms(),
+        };
+        assert!(matches!(
+            store.append_event(&e, None).await.unwrap(),
+            EventOutcome::Appended { .. }
+        ));
+    }
+    let data = store.snapshot_data("item-e", 0, 0).await.unwrap().unwrap();
+    assert_eq!(data.counters, vec![("flag".to_string(), 3)]);
+    assert_eq!(data.trigger.len(), 3);
+    assert_eq!(data.item.event_seq, 3);
+    // An event lands while the evaluation runs.
+    let late = NewEvent {
+        item_id: "item-e".into(),
+        kind: EventKind::Upvote,
+        actor: "u4".into(),
+        text: None,
+        fingerprint: None,
+        now: now_ms(),
+    };
+    store.append_event(&late, None).await.unwrap();
+    let commit = EvaluationCommit {
+        item_id: "item-e".into(),
+        snapshot_version: 1,
+        snapshot_event_seq: data.item.event_seq,
+        from: ItemStatus::PendingScan,
+        to: Some(ItemStatus::HeldForReview),
+        decisions: vec![decision("a"), decision("b")],
+        reason: "held".into(),
+        correlation_id: "c".into(),
+        now: now_ms(),
+    };
+    assert_eq!(
+        store.commit_evaluation(&commit).await.unwrap(),
+        CommitOutcome::Transitioned { version: 2 }
+    );
+    let item = store.item("item-e").await.unwrap().unwrap();
+    assert!(
+        item.needs_eval_since.is_some(),
+        "the late event still needs an evaluation"
+    );
+    assert_eq!(
+        store.pending_evaluations(now_ms(), 10).await.unwrap(),
+        vec!["item-e".to_string()]
+    );
+    // The same snapshot committed again (a second worker after lease loss) is refused.
+    assert_eq!(
+        store.commit_evaluation(&commit).await.unwrap(),
+        CommitOutcome::Stale
+    );
+    let d = store.item_details("item-e").await.unwrap().unwrap();
+    assert_eq!(d.decisions.len(), 2);
+    assert_eq!(d.transitions.len(), 2);
+    // A follow-up that saw every event clears the mark without a transition.
+    let data = store.snapshot_data("item-e", 0, 0).await.unwrap().unwrap();
+    assert_eq!(
+        data.trigger.len(),
+        1,
+        "only the event since the last evaluation"
+    );
+    let follow_up = EvaluationCommit {
+        snapshot_version: 2,
+        snapshot_event_seq: data.item.event_seq,
+        from: ItemStatus::HeldForReview,
+        to: None,
+        ..commit
+    };
+    assert_eq!(
+        store.commit_evaluation(&follow_up).await.unwrap(),
+        CommitOutcome::Recorded
+    );
+    assert_eq!(
+        store
+            .item("item-e")
+            .await
+            .unwrap()
+            .unwrap()
+            .needs_eval_since,
+        None
+    );
+}
+
+/// Idempotency keys: claimed by the unique constraint, replayed, expired.
+async fn idempotency_keys_claim_replay_and_expire(store: SharedStore) {
+    let claim = |hash: &str, now: i64| IdempotencyClaim {
+        scope: "web".into(),
+        key: "k-1".into(),
+        request_hash: hash.into(),
+        now,
+        lock_ms: 1_000,
+        ttl_ms: 10_000,
+    };
+    let t0 = now_ms();
+    assert_eq!(
+        store.idempotency_start(&claim("h1", t0)).await.unwrap(),
+        IdempotencyStart::Started
+    );
+    assert_eq!(
+        store.idempotency_start(&claim("h1", t0)).await.unwrap(),
+        IdempotencyStart::InFlight
+    );
+    assert_eq!(
+        store.idempotency_start(&claim("h2", t0)).await.unwrap(),
+        IdempotencyStart::Mismatch
+    );
+    // The first request died: after the lock, the same request takes over.
+    assert_eq!(
+        store
+            .idempotency_start(&claim("h1", t0 + 1_500))
+            .await
+            .unwrap(),
+        IdempotencyStart::Started
+    );
+    let response = IdempotencyResponse {
+        scope: "web".into(),
+        key: "k-1".into(),
+        status: 202,
+        body: r#"{"id":"item-i"}"#.into(),
+    };
+    store
+        .create_item(&new_item("item-i"), &[], Some(&response))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .idempotency_start(&claim("h1", t0 + 2_000))
+            .await
+            .unwrap(),
+        IdempotencyStart::Replay {
+            status: 202,
+            body: r#"{"id":"item-i"}"#.into()
+        }
+    );
+    // Another scope is another key.
+    let other = IdempotencyClaim {
+        scope: "app".into(),
+        ..claim("h1", t0)
+    };
+    assert_eq!(
+        store.idempotency_start(&other).await.unwrap(),
+        IdempotencyStart::Started
+    );
+    // After the TTL the key is free again, for any request.
+    assert_eq!(
+        store
+            .idempotency_start(&claim("h9", t0 + 20_000))
+            .await
+            .unwrap(),
+        IdempotencyStart::Started
+    );
+    assert!(store.idempotency_expire(t0 + 100_000).await.unwrap() >= 2);
+}
+
+/// `external_id` is unique per client, decided by the constraint.
+async fn external_ids_are_unique_per_client(store: SharedStore) {
+    let mut a = new_item("item-x1");
+    a.external_id = Some("post-1".into());
+    assert!(matches!(
+        store.create_item(&a, &[], None).await.unwrap(),
+        CreateOutcome::Created(_)
+    ));
+    let mut b = new_item("item-x2");
+    b.external_id = Some("post-1".into());
+    assert_eq!(
+        store.create_item(&b, &[], None).await.unwrap(),
+        CreateOutcome::DuplicateExternalId {
+            existing_id: "item-x1".into()
+        }
+    );
+    assert!(store.item("item-x2").await.unwrap().is_none());
+    let mut c = new_item("item-x3");
+    c.external_id = Some("post-1".into());
+    c.client = "app".into();
+    assert!(matches!(
+        store.create_item(&c, &[], None).await.unwrap(),
+        CreateOutcome::Created(_)
+    ));
+}
+
+/// The review queue pages through held items, oldest first, without gaps.
+async fn review_queue_pages_without_gaps(store: SharedStore) {
+    for i in 0..7 {
+        let id = format!("item-r{i}");
+        create(&store, &id).await;
+        let hold = request(
+            &id,
+            1,
+            ItemStatus::PendingScan,
+            ItemStatus::HeldForReview,
+            Actor::Rules,
+        );
+        store.transition(&hold).await.unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store.review_queue(cursor.as_ref(), 3).await.unwrap();
+        if page.is_empty() {
+            break;
+        }
+        cursor = page.last().map(|i| (i.updated_at, i.id.clone()));
+        seen.extend(page.into_iter().map(|i| i.id));
+    }
+    let mut expected: Vec<String> = (0..7).map(|i| format!("item-r{i}")).collect();
+    expected.sort();
+    let mut sorted = seen.clone();
+    sorted.sort();
+    assert_eq!(sorted, expected);
+    assert_eq!(seen.len(), 7, "no item twice");
+}
+
+macro_rules! store_suite {
+    ($($test:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $test() {
+                    super::$test(super::open(super::Backend::Sqlite).await.store).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $test() {
+                    super::$test(super::open(super::Backend::Postgres).await.store).await
+                }
+            )*
+        }
+    };
+}
+
+store_suite!(
+    concurrent_transitions_from_one_state_have_one_winner,
+    automated_changes_are_refused_after_a_moderator_decided,
+    evaluation_commits_are_fenced_and_keep_late_events_scheduled,
+    idempotency_keys_claim_replay_and_expire,
+    external_ids_are_unique_per_client,
+    review_queue_pages_without_gaps,
+);
