@@ -239,6 +239,9 @@ impl TestServer {
             ..Config::default()
         };
         config.evaluation.reconcile_interval_ms = 200;
+        // The suites send thousands of requests from one token in seconds.
+        config.ingest.client_rate_per_second = 100_000;
+        config.ingest.client_burst = 100_000;
         tweak(&mut config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());

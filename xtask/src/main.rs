@@ -143,9 +143,51 @@ fn run(root: &Path) -> anyhow::Result<()> {
     sh(Command::new(&gavel).arg("serve"))
 }
 
+/// PostgreSQL's server binaries (`initdb`, `postgres`), which the tests
+/// start themselves: on PATH, in Debian's versioned directory, or installed
+/// from Debian's packages when running as root.
+fn ensure_postgres() -> anyhow::Result<()> {
+    let on_path = || output(Command::new("initdb").arg("--version")).is_some();
+    if on_path() {
+        return Ok(());
+    }
+    let debian_bin = || {
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path().join("bin"))
+            .filter(|b| b.join("initdb").is_file())
+            .collect();
+        dirs.sort();
+        dirs.pop()
+    };
+    if debian_bin().is_none() {
+        let is_root = output(Command::new("id").arg("-u")).is_some_and(|u| u.trim() == "0");
+        anyhow::ensure!(
+            is_root,
+            "PostgreSQL (initdb, postgres) is not installed: install Debian's `postgresql` package"
+        );
+        sh(Command::new("apt-get").arg("update").arg("-qq"))?;
+        sh(Command::new("apt-get").args(["install", "-y", "-qq", "postgresql"]))?;
+    }
+    let bin =
+        debian_bin().context("PostgreSQL installed, but no /usr/lib/postgresql/*/bin/initdb")?;
+    let path = std::env::var("PATH").unwrap_or_default();
+    // SAFETY: xtask has one thread; the children it spawns inherit this PATH.
+    unsafe { std::env::set_var("PATH", format!("{}:{path}", bin.display())) };
+    anyhow::ensure!(
+        on_path(),
+        "initdb still not runnable from {}",
+        bin.display()
+    );
+    Ok(())
+}
+
 fn test(root: &Path) -> anyhow::Result<()> {
     ensure_wasm_target()?;
     ensure_componentize_py()?;
+    ensure_postgres()?;
     // Host crates and integration tests (the tests' build script builds every guest).
     sh(Command::new(cargo()).args(["test", "--workspace"]))?;
     // The example plugins' unit tests, natively through the SDK harness.

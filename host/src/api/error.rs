@@ -145,14 +145,94 @@ pub struct Json<T>(pub T);
 
 impl<T, S> FromRequest<S> for Json<T>
 where
-    axum::Json<T>: FromRequest<S, Rejection = JsonRejection>,
+    T: serde::de::DeserializeOwned,
     S: Send + Sync,
 {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let axum::Json(value) = axum::Json::<T>::from_request(req, state).await?;
+        if !json_content_type(req.headers()) {
+            return Err(ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "expected `Content-Type: application/json`",
+            ));
+        }
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|e| {
+                if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::new(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "body_too_large",
+                        "request body is too large",
+                    )
+                } else {
+                    ApiError::bad_request("invalid_body", e.body_text())
+                }
+            })?;
+        if nesting_depth(&bytes) > MAX_JSON_DEPTH {
+            return Err(ApiError::bad_request(
+                "invalid_json",
+                format!("JSON nested deeper than {MAX_JSON_DEPTH} levels"),
+            ));
+        }
+        let axum::Json(value) = axum::Json::<T>::from_bytes(&bytes)?;
         Ok(Json(value))
+    }
+}
+
+/// No request body gavel accepts nests deeper than this.
+const MAX_JSON_DEPTH: usize = 32;
+
+/// The deepest `[`/`{` nesting in a JSON text, ignoring string contents.
+/// Checked before parsing, so a hostile document is refused as malformed
+/// (400) instead of reaching the parser's recursion limit.
+fn nesting_depth(bytes: &[u8]) -> usize {
+    let (mut depth, mut max, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &b in bytes {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
+}
+
+fn json_content_type(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .map(|m| m.trim().to_ascii_lowercase())
+        .is_some_and(|m| {
+            m == "application/json" || (m.starts_with("application/") && m.ends_with("+json"))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nesting_depth;
+
+    #[test]
+    fn depth_ignores_brackets_inside_strings() {
+        assert_eq!(nesting_depth(br#"{"a": [1, {"b": "[[[[\"]]]"}]}"#), 3);
+        assert_eq!(nesting_depth(b"[[[]]]"), 3);
+        assert_eq!(nesting_depth(b"1"), 0);
     }
 }
 

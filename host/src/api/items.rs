@@ -269,10 +269,6 @@ pub async fn submit(
     let _enter = span.enter();
 
     rate_limited(&state.client_limiter, caller.name.clone())?;
-    rate_limited(
-        &state.author_limiter,
-        format!("{}\u{0}{}", caller.name, req.author),
-    )?;
 
     if let Some(key) = &key
         && let Err(response) = claim_key(
@@ -285,7 +281,12 @@ pub async fn submit(
     {
         return Ok(response);
     }
-    let result = create(&state, &caller, &req, key.as_deref(), correlation_id).await;
+    // After the key claim: retries of one submission are not an author posting more.
+    let author = format!("{}\u{0}{}", caller.name, req.author);
+    let result = match rate_limited(&state.author_limiter, author) {
+        Ok(()) => create(&state, &caller, &req, key.as_deref(), correlation_id).await,
+        Err(e) => Err(e),
+    };
     if result.is_err() {
         release_key(&state, &caller.name, key.as_deref()).await;
     }

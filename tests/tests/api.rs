@@ -1,0 +1,534 @@
+//! The HTTP API against the real server on port 0, on SQLite and on
+//! PostgreSQL (RELIABILITY.md I1-I4, H1, H2, H5, and the end-to-end flow).
+
+use gavel_tests::servers::{Backend, TestServer};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Submit, evaluate, read: every decision is stamped with plugin name,
+/// version and digest; the audit trail shows each transition.
+async fn submitted_items_settle_with_stamped_decisions(s: TestServer) {
+    let r = s
+        .post("/v1/items", &s.client)
+        .json(&json!({"kind": "post", "author": "alice", "text": "see http://a.example http://b.example http://c.example http://d.example"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    assert!(r.headers().contains_key("x-request-id"));
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["status"], "pending_scan");
+    assert_eq!(body["version"], 1);
+    let id = body["id"].as_str().unwrap();
+    let item = s.wait_for(id, |i| i["status"] != "pending_scan").await;
+    assert_eq!(item["status"], "held_for_review");
+    assert_eq!(item["version"], 2);
+    let all = item["decisions"].as_array().unwrap();
+    let decisions: Vec<&Value> = all.iter().filter(|d| d["phase"] == "async").collect();
+    assert_eq!(decisions.len(), 4, "one per async plugin: {all:#?}");
+    assert_eq!(
+        all.len(),
+        5,
+        "and one sync-phase decision (banned-terms): {all:#?}"
+    );
+    let link_spam = decisions
+        .iter()
+        .find(|d| d["plugin"] == "link-spam")
+        .unwrap();
+    assert_eq!(link_spam["verdict"], "hold");
+    assert_eq!(link_spam["plugin_version"], "1.0.0");
+    let digest =
+        gavel::rules::Digest::of(&std::fs::read(gavel_tests::guests::LINK_SPAM).unwrap()).to_hex();
+    assert_eq!(link_spam["plugin_digest"], digest);
+    assert_eq!(link_spam["applied"], true);
+    let trail: Vec<(&str, &str)> = item["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["from_status"].as_str().unwrap(),
+                t["to_status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        trail,
+        vec![
+            ("received", "pending_scan"),
+            ("pending_scan", "held_for_review")
+        ]
+    );
+
+    // A sync-phase rule (banned-terms) rejects inline: the reply is already final.
+    let r: Value = s
+        .post("/v1/items", &s.client)
+        .json(&json!({"kind": "post", "author": "bob", "text": "Buy SCAMCOIN today"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(r["status"], "rejected");
+
+    // Events: enough flags against few upvotes hold a visible post.
+    let r: Value = s
+        .post("/v1/items", &s.client)
+        .json(&json!({"kind": "comment", "author": "carol", "text": "a perfectly nice comment"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = r["id"].as_str().unwrap().to_string();
+    s.wait_for(&id, |i| i["status"] == "visible").await;
+    for n in 0..6 {
+        let r = s
+            .post(&format!("/v1/items/{id}/events"), &s.client)
+            .json(&json!({"kind": "flag", "actor": format!("user-{n}")}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::ACCEPTED);
+    }
+    let item = s
+        .wait_for(&id, |i| {
+            i["status"] == "held_for_review" && i["needs_eval_since"].is_null()
+        })
+        .await;
+    assert_eq!(item["counters"]["flag"], 6);
+
+    // A moderator overrides; automation never overturns it.
+    let r = s
+        .post(&format!("/v1/items/{id}/moderation"), &s.moderator)
+        .header("If-Match", item["version"].to_string())
+        .json(&json!({"status": "visible", "reason": "satire, not abuse"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let moderated: Value = r.json().await.unwrap();
+    assert_eq!(moderated["decided_by"], "moderator");
+    let stale = s
+        .post(&format!("/v1/items/{id}/moderation"), &s.moderator)
+        .header("If-Match", item["version"].to_string())
+        .json(&json!({"status": "rejected", "reason": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stale.status(), StatusCode::CONFLICT);
+    for n in 6..12 {
+        s.post(&format!("/v1/items/{id}/events"), &s.client)
+            .json(&json!({"kind": "flag", "actor": format!("user-{n}")}))
+            .send()
+            .await
+            .unwrap();
+    }
+    let item = s
+        .wait_for(&id, |i| {
+            i["needs_eval_since"].is_null() && i["counters"]["flag"] == 12
+        })
+        .await;
+    assert_eq!(item["status"], "visible", "the manual decision stands");
+    let unapplied = item["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["applied"] == false)
+        .count();
+    assert!(
+        unapplied >= 1,
+        "later evaluations are recorded, not applied"
+    );
+
+    // The review queue lists the first (held) item.
+    let q: Value = s
+        .get("/v1/review-queue?limit=10", &s.moderator)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        q["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["author"] == "alice")
+    );
+    s.stop().await.unwrap();
+}
+
+/// I1: 50 concurrent POSTs with one key and body, 100 rounds: one item per
+/// round; every reply is the original 202 (identical body) or 409.
+async fn concurrent_retries_with_one_key_create_one_item(s: TestServer) {
+    for round in 0..100 {
+        let key = format!("round-{round}");
+        let body = json!({"kind": "post", "author": format!("author-{round}"), "text": format!("hello {round}")});
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..50 {
+            let req = s
+                .post("/v1/items", &s.client)
+                .header("Idempotency-Key", &key)
+                .json(&body);
+            tasks.spawn(async move {
+                let r = req.send().await.unwrap();
+                (r.status(), r.text().await.unwrap())
+            });
+        }
+        let replies = tasks.join_all().await;
+        let accepted: Vec<&String> = replies
+            .iter()
+            .filter(|(st, _)| *st == StatusCode::ACCEPTED)
+            .map(|(_, b)| b)
+            .collect();
+        assert!(!accepted.is_empty(), "round {round}: {replies:?}");
+        assert!(
+            accepted.iter().all(|b| *b == accepted[0]),
+            "replays differ: {accepted:?}"
+        );
+        assert!(
+            replies
+                .iter()
+                .all(|(st, _)| *st == StatusCode::ACCEPTED || *st == StatusCode::CONFLICT),
+            "round {round}: {replies:?}"
+        );
+        // After the dust settles the key replays the original body.
+        let again = s
+            .post("/v1/items", &s.client)
+            .header("Idempotency-Key", &key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(again.status(), StatusCode::ACCEPTED);
+        assert_eq!(&again.text().await.unwrap(), accepted[0]);
+    }
+    // Exactly one item per round: every round's author has one item.
+    let q = s.config.database_url.clone().unwrap();
+    let store = gavel::store::open(&q, 2).await.unwrap();
+    for round in [0, 37, 99] {
+        let n = store
+            .fingerprint_count(
+                &format!("author-{round}"),
+                &gavel::fingerprint::fingerprint(&format!("hello {round}")),
+                0,
+            )
+            .await
+            .unwrap();
+        assert_eq!(n, 1, "round {round}");
+    }
+    s.stop().await.unwrap();
+}
+
+/// I2, I3, I4: key reuse with another body, malformed keys, keys per client.
+async fn idempotency_key_rules(s: TestServer) {
+    let body = json!({"kind": "post", "author": "dan", "text": "original"});
+    let first = s
+        .post("/v1/items", &s.client)
+        .header("Idempotency-Key", "k")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.status(), StatusCode::ACCEPTED);
+    let first: Value = first.json().await.unwrap();
+    let other = s
+        .post("/v1/items", &s.client)
+        .header("Idempotency-Key", "k")
+        .json(&json!({"kind": "post", "author": "dan", "text": "changed"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let err: Value = other.json().await.unwrap();
+    assert_eq!(err["error"]["code"], "idempotency_key_reused");
+    let stored: Value = s
+        .get(
+            &format!("/v1/items/{}", first["id"].as_str().unwrap()),
+            &s.client,
+        )
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stored["text"], "original", "the stored item is unchanged");
+
+    for bad in [String::new(), "x".repeat(256), "tab\tkey".to_string()] {
+        let r = s
+            .post("/v1/items", &s.client)
+            .header("Idempotency-Key", bad.as_str())
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "key {bad:?}");
+        let err: Value = r.json().await.unwrap();
+        assert_eq!(err["error"]["code"], "invalid_idempotency_key");
+    }
+
+    let mine: Value = s
+        .post("/v1/items", &s.client2)
+        .header("Idempotency-Key", "k")
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_ne!(
+        mine["id"], first["id"],
+        "the same key from another token is another item"
+    );
+    // And clients only see their own items.
+    let r = s
+        .get(
+            &format!("/v1/items/{}", first["id"].as_str().unwrap()),
+            &s.client2,
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    s.stop().await.unwrap();
+}
+
+/// H2 and friends: bad input gets the one error format and a 4xx.
+async fn bad_input_gets_a_clear_4xx(s: TestServer) {
+    let url = format!("{}/v1/items", s.url);
+    let send = |body: String, content_type: Option<&str>| {
+        let mut r = s.http.post(&url).bearer_auth(&s.client).body(body);
+        if let Some(ct) = content_type {
+            r = r.header("content-type", ct);
+        }
+        r.send()
+    };
+    let cases: Vec<(String, Option<&str>, StatusCode, &str)> = vec![
+        (
+            "{not json".into(),
+            Some("application/json"),
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+        ),
+        (
+            r#"{"kind": 5, "author": "a", "text": "t"}"#.into(),
+            Some("application/json"),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_body",
+        ),
+        (
+            r#"{"kind": "post", "author": "a"}"#.into(),
+            Some("application/json"),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_body",
+        ),
+        (
+            r#"{"kind": "post", "author": "a", "text": "t", "extra": 1}"#.into(),
+            Some("application/json"),
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_body",
+        ),
+        (
+            r#"{"kind": "post", "author": "a", "text": "t"}"#.into(),
+            None,
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+        ),
+        (
+            r#"{"kind": "", "author": "a", "text": "t"}"#.into(),
+            Some("application/json"),
+            StatusCode::BAD_REQUEST,
+            "invalid_body",
+        ),
+        (
+            format!("{}{}", "[".repeat(10_000), "]".repeat(10_000)),
+            Some("application/json"),
+            StatusCode::BAD_REQUEST,
+            "invalid_json",
+        ),
+        (
+            "x".repeat(s.config.ingest.max_body_bytes + 1),
+            Some("application/json"),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+        ),
+    ];
+    for (body, ct, status, code) in cases {
+        let shown = body.chars().take(40).collect::<String>();
+        let r = send(body, ct).await.unwrap();
+        assert_eq!(r.status(), status, "{shown}");
+        let err: Value = r
+            .json()
+            .await
+            .unwrap_or_else(|e| panic!("{shown}: not JSON: {e}"));
+        assert_eq!(err["error"]["code"], code, "{shown}");
+        assert!(
+            err["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
+    }
+    let r = s
+        .get("/v1/items/does-not-exist", &s.client)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let r = s
+        .post("/v1/items/does-not-exist/events", &s.client)
+        .json(&json!({"kind": "flag", "actor": "u"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    let r = s.get("/no/such/route", &s.client).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"]["code"],
+        "not_found"
+    );
+    let r = s
+        .http
+        .delete(format!("{}/v1/items", s.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
+    s.stop().await.unwrap();
+}
+
+/// H1: a 100 MB chunked body gets 413 without the server reading it all.
+async fn huge_chunked_body_is_refused_with_413(s: TestServer) {
+    let addr = s.url.trim_start_matches("http://").to_string();
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /v1/items HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+        s.client
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let chunk = vec![b' '; 64 << 10];
+    let frame = [
+        format!("{:x}\r\n", chunk.len()).into_bytes(),
+        chunk,
+        b"\r\n".to_vec(),
+    ]
+    .concat();
+    let mut sent = 0usize;
+    while sent < 100 << 20 {
+        // The server answers and stops reading long before 100 MB.
+        match tokio::time::timeout(Duration::from_secs(2), conn.write_all(&frame)).await {
+            Ok(Ok(())) => sent += frame.len(),
+            _ => break,
+        }
+    }
+    assert!(sent < 100 << 20, "the server read all 100 MB");
+    let mut response = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), conn.read_to_end(&mut response)).await;
+    let text = String::from_utf8_lossy(&response);
+    assert!(
+        text.starts_with("HTTP/1.1 413"),
+        "{}",
+        text.chars().take(200).collect::<String>()
+    );
+    assert!(text.contains("body_too_large"));
+    s.stop().await.unwrap();
+}
+
+/// H5: every moderator route, enumerated from the generated OpenAPI
+/// document, answers 401 without or with a wrong token and 403 to a client.
+async fn moderator_routes_refuse_other_callers(s: TestServer) {
+    let doc: Value = s
+        .http
+        .get(format!("{}/openapi.json", s.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    let mut checked = 0;
+    for (path, ops) in doc["paths"].as_object().unwrap() {
+        for (method, op) in ops.as_object().unwrap() {
+            let moderator_only = op["tags"]
+                .as_array()
+                .is_some_and(|t| t.iter().any(|t| t == "moderator"));
+            if !moderator_only {
+                continue;
+            }
+            let url = format!("{}{}", s.url, path.replace("{id}", "some-item"));
+            let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            for (token, expected) in [
+                (None, 401),
+                (Some("wrong-token"), 401),
+                (Some(s.client.as_str()), 403),
+            ] {
+                let mut r = s
+                    .http
+                    .request(method.clone(), &url)
+                    .json(&json!({"status": "visible", "reason": "r"}));
+                if let Some(t) = token {
+                    r = r.bearer_auth(t);
+                }
+                let r = r.send().await.unwrap();
+                assert_eq!(
+                    r.status().as_u16(),
+                    expected,
+                    "{method} {path} with {token:?}"
+                );
+                let err: Value = r.json().await.unwrap();
+                assert!(err["error"]["code"].is_string());
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 3, "only {checked} moderator routes found");
+    // Client routes need a token too.
+    let r = s
+        .http
+        .post(format!("{}/v1/items", s.url))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    s.stop().await.unwrap();
+}
+
+macro_rules! api_suite {
+    ($($test:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $test() {
+                    super::$test(gavel_tests::servers::TestServer::start(super::Backend::Sqlite).await).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $test() {
+                    super::$test(gavel_tests::servers::TestServer::start(super::Backend::Postgres).await).await
+                }
+            )*
+        }
+    };
+}
+
+api_suite!(
+    submitted_items_settle_with_stamped_decisions,
+    concurrent_retries_with_one_key_create_one_item,
+    idempotency_key_rules,
+    bad_input_gets_a_clear_4xx,
+    huge_chunked_body_is_refused_with_413,
+    moderator_routes_refuse_other_callers,
+);
