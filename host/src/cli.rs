@@ -29,6 +29,24 @@ pub enum Command {
     /// Work with plugin files (for rule authors).
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Evaluations that failed in the host past their retry budget.
+    DeadLetters {
+        #[command(subcommand)]
+        command: DeadLetterCommand,
+        #[command(flatten)]
+        flags: crate::config::ServeFlags,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DeadLetterCommand {
+    /// List dead letters (open ones, or all with --all).
+    List {
+        #[arg(long)]
+        all: bool,
+    },
+    /// Replay one: its item is evaluated again (by the running gavel).
+    Replay { id: i64 },
 }
 
 #[derive(Debug, Subcommand)]
@@ -82,6 +100,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugin(cmd) => run_plugin(cmd),
+        Command::DeadLetters { command, flags } => {
+            let config = crate::config::Config::load(&flags)?;
+            tokio::runtime::Runtime::new()?.block_on(run_dead_letters(config, command))
+        }
     }
 }
 
@@ -209,4 +231,55 @@ fn run_cases(engine: &RuleEngine, file: &Path, cases: &Path) -> anyhow::Result<E
     } else {
         ExitCode::FAILURE
     })
+}
+
+async fn run_dead_letters(
+    config: crate::config::Config,
+    cmd: DeadLetterCommand,
+) -> anyhow::Result<ExitCode> {
+    let store = crate::store::open(&config.database_url(), 2).await?;
+    match cmd {
+        DeadLetterCommand::List { all } => {
+            let letters = store.dead_letters(all, 1000).await?;
+            for d in &letters {
+                println!(
+                    "{}\titem={}\tattempts={}\tfailed_at={}\treplayed_at={}\t{}",
+                    d.id,
+                    d.item_id,
+                    d.attempts,
+                    d.failed_at,
+                    d.replayed_at
+                        .map_or_else(|| "-".to_string(), |t| t.to_string()),
+                    d.last_error
+                );
+            }
+            eprintln!("{} dead letter(s)", letters.len());
+            Ok(ExitCode::SUCCESS)
+        }
+        DeadLetterCommand::Replay { id } => {
+            match store.replay_dead_letter(id, crate::store::now_ms()).await? {
+                Some(item) => {
+                    // With Redis, queue it now; the embedded coordinator lives in
+                    // the serving process, whose reconciler picks the item up.
+                    if let Some(url) = &config.redis_url {
+                        let coordinator =
+                            crate::coordinator::open(Some(url), &config.redis_prefix).await?;
+                        coordinator
+                            .schedule(
+                                &item,
+                                crate::store::now_ms(),
+                                crate::coordinator::Schedule::At(crate::store::now_ms()),
+                            )
+                            .await?;
+                    }
+                    println!("replayed dead letter {id}: item {item} will be evaluated again");
+                    Ok(ExitCode::SUCCESS)
+                }
+                None => {
+                    eprintln!("no open dead letter {id}");
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
+    }
 }

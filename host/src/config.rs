@@ -3,10 +3,12 @@
 //! (nested keys joined by `__`, e.g. `GAVEL_INGEST__MAX_BODY_BYTES`), then
 //! command-line flags.
 
+use crate::coordinator::{DebounceMode, Schedule};
 use crate::rules::RuntimeLimits;
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -15,6 +17,8 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
+    /// What this process does: `all` (default), `api` or `worker`.
+    pub role: ServeRole,
     /// Address the HTTP API listens on.
     pub listen: SocketAddr,
     /// Holds the SQLite database, generated tokens and caches.
@@ -25,6 +29,12 @@ pub struct Config {
     pub database_url: Option<String>,
     /// Database connections (readers for SQLite, which has one writer).
     pub database_max_connections: u32,
+    /// `redis://…` to coordinate several gavel processes; unset, the
+    /// embedded coordinator serves one process.
+    pub redis_url: Option<String>,
+    /// Hash tag of every Redis key (`{gavel}:queue`, ...); processes sharing
+    /// a queue must use the same one.
+    pub redis_prefix: String,
     /// API tokens. When empty, tokens are read from (or generated into)
     /// `DATA_DIR/tokens.toml`.
     pub tokens: Vec<TokenConfig>,
@@ -39,17 +49,44 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Config {
+            role: ServeRole::All,
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             data_dir: PathBuf::from("data"),
             plugin_dir: PathBuf::from("plugins"),
             database_url: None,
             database_max_connections: 8,
+            redis_url: None,
+            redis_prefix: "gavel".into(),
             tokens: Vec::new(),
             limits: RuntimeLimits::default(),
             ingest: IngestConfig::default(),
             evaluation: EvaluationConfig::default(),
             shutdown_grace_ms: 30_000,
         }
+    }
+}
+
+/// The jobs of one gavel process; run any number of each on one PostgreSQL
+/// and one Redis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum ServeRole {
+    /// The HTTP API and the evaluation loop.
+    #[default]
+    All,
+    /// The HTTP API only (submissions, events, reads, moderation).
+    Api,
+    /// The evaluation loop and reconciler; HTTP serves only `/healthz` and `/readyz`.
+    Worker,
+}
+
+impl ServeRole {
+    pub fn evaluates(self) -> bool {
+        matches!(self, ServeRole::All | ServeRole::Worker)
+    }
+
+    pub fn serves_api(self) -> bool {
+        matches!(self, ServeRole::All | ServeRole::Api)
     }
 }
 
@@ -118,26 +155,128 @@ impl Default for IngestConfig {
     }
 }
 
-/// Evaluation of submitted items.
+/// Evaluation of submitted items: debounce, leases, retries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EvaluationConfig {
-    /// Evaluations running at once.
+    /// Evaluations running at once in this process.
     pub concurrency: usize,
     /// When a plugin fails (trap, timeout, ...), count it as `hold`
     /// (fail-closed) instead of ignoring it (fail-open, the default).
     pub fail_closed: bool,
-    /// How often pending items are looked for in the store (recovery after a crash).
+    /// The debounce applied to events (and submissions, unless overridden).
+    pub debounce: Debounce,
+    /// Per-kind overrides of `debounce`: keys are event kinds (`flag`,
+    /// `upvote`, ...) and `submit` for new items.
+    pub kinds: BTreeMap<String, DebounceOverride>,
+    /// A claimed item is leased this long; a worker that dies loses its
+    /// lease after it and the item is evaluated again (fencing keeps that safe).
+    pub lease_ttl_ms: i64,
+    /// How often the reconciler looks in the store for items that still need
+    /// an evaluation but are not queued (after a crash, a Redis flush, ...).
     pub reconcile_interval_ms: u64,
+    /// An item is re-queued by the reconciler once it has waited this long
+    /// past its debounce window.
+    pub reconcile_grace_ms: i64,
+    /// How often an idle worker asks the coordinator for due items.
+    pub poll_interval_ms: u64,
+    /// Attempts of an evaluation that fails in the host (store or
+    /// coordinator error) before it is dead-lettered.
+    pub max_attempts: u32,
+    /// Retry backoff: `retry_base_ms · 2^attempt`, with jitter, at most `retry_max_ms`.
+    pub retry_base_ms: i64,
+    pub retry_max_ms: i64,
+    /// When the oldest due item has waited longer than this, new submissions
+    /// are held for review at once (degraded mode) instead of waiting.
+    pub degraded_lag_ms: i64,
+}
+
+/// Debounce settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Debounce {
+    /// `sliding` (each event pushes the evaluation, capped by max_wait) or `fixed`.
+    pub mode: DebounceMode,
+    /// Quiet time before an evaluation.
+    pub window_ms: i64,
+    /// Under a continuous stream, an item is still evaluated at least this often.
+    pub max_wait_ms: i64,
+}
+
+impl Default for Debounce {
+    fn default() -> Self {
+        Debounce {
+            mode: DebounceMode::Sliding,
+            window_ms: 1_000,
+            max_wait_ms: 10_000,
+        }
+    }
+}
+
+/// A per-kind debounce override; unset fields keep the default. `priority
+/// = true` skips the window (the item is evaluated as soon as a worker is free).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DebounceOverride {
+    pub mode: Option<DebounceMode>,
+    pub window_ms: Option<i64>,
+    pub max_wait_ms: Option<i64>,
+    pub priority: bool,
 }
 
 impl Default for EvaluationConfig {
     fn default() -> Self {
+        let mut kinds = BTreeMap::new();
+        // A new item gets its first judgement at once; events are debounced.
+        kinds.insert(
+            "submit".to_string(),
+            DebounceOverride {
+                priority: true,
+                ..DebounceOverride::default()
+            },
+        );
         EvaluationConfig {
             concurrency: 4,
             fail_closed: false,
+            debounce: Debounce::default(),
+            kinds,
+            lease_ttl_ms: 30_000,
             reconcile_interval_ms: 5_000,
+            reconcile_grace_ms: 5_000,
+            poll_interval_ms: 10,
+            max_attempts: 5,
+            retry_base_ms: 500,
+            retry_max_ms: 60_000,
+            degraded_lag_ms: 60_000,
         }
+    }
+}
+
+impl EvaluationConfig {
+    /// The schedule a request of `kind` (`submit` or an event kind) asks for at `now`.
+    pub fn schedule_for(&self, kind: &str, now: i64) -> Schedule {
+        let o = self.kinds.get(kind).copied().unwrap_or_default();
+        if o.priority {
+            return Schedule::At(now);
+        }
+        Schedule::Debounced {
+            mode: o.mode.unwrap_or(self.debounce.mode),
+            window_ms: o.window_ms.unwrap_or(self.debounce.window_ms),
+            max_wait_ms: o.max_wait_ms.unwrap_or(self.debounce.max_wait_ms),
+        }
+    }
+
+    /// The longest an item may wait in the queue by design: the reconciler
+    /// re-queues items pending longer than this plus the grace.
+    pub fn longest_wait_ms(&self) -> i64 {
+        let kinds = self
+            .kinds
+            .values()
+            .filter_map(|o| o.max_wait_ms.or(o.window_ms));
+        kinds
+            .chain([self.debounce.max_wait_ms, self.debounce.window_ms])
+            .max()
+            .unwrap_or(0)
     }
 }
 
@@ -148,6 +287,10 @@ pub struct ServeFlags {
     #[arg(long, env = "GAVEL_CONFIG")]
     #[serde(skip)]
     pub config: Option<PathBuf>,
+    /// What this process does: all (default), api or worker.
+    #[arg(long, value_enum)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<ServeRole>,
     /// Address to listen on (default 127.0.0.1:8080).
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -164,6 +307,10 @@ pub struct ServeFlags {
     #[arg(long)]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub database_url: Option<String>,
+    /// Redis URL (redis://…) to coordinate several processes; default: embedded.
+    #[arg(long)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub redis_url: Option<String>,
 }
 
 impl Config {
@@ -296,6 +443,36 @@ mod tests {
             IngestConfig::default().max_text_bytes
         );
         assert_eq!(c.database_url(), "sqlite://data/gavel.db");
+    }
+
+    #[test]
+    fn debounce_overrides_per_kind() {
+        let mut e = EvaluationConfig::default();
+        assert_eq!(e.schedule_for("submit", 7), Schedule::At(7));
+        e.kinds.insert(
+            "flag".into(),
+            DebounceOverride {
+                window_ms: Some(50),
+                ..Default::default()
+            },
+        );
+        assert_eq!(
+            e.schedule_for("flag", 0),
+            Schedule::Debounced {
+                mode: DebounceMode::Sliding,
+                window_ms: 50,
+                max_wait_ms: 10_000
+            }
+        );
+        assert_eq!(
+            e.schedule_for("upvote", 0),
+            Schedule::Debounced {
+                mode: DebounceMode::Sliding,
+                window_ms: 1_000,
+                max_wait_ms: 10_000
+            }
+        );
+        assert_eq!(e.longest_wait_ms(), 10_000);
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! - [`api`]: the HTTP API (axum): routes, auth, the one error format, OpenAPI.
 //! - [`store`]: the source of truth (SQLite or PostgreSQL), conditional writes.
 //! - [`status`]: the item state machine's transition table.
-//! - [`worker`]: evaluation of pending items, and the reconciler.
+//! - [`worker`]: evaluation of pending items, retries, dead letters, the reconciler.
+//! - [`coordinator`]: the debounce queue and leases (embedded or Redis).
 //! - [`judge`]: running one phase's plugins on a snapshot and combining verdicts.
 //! - [`rules`]: the rule runtime — engine, loading, registry, sandboxed evaluation.
 //! - [`fingerprint`]: normalised-content fingerprints (duplicate text).
@@ -22,6 +23,7 @@
 pub mod api;
 pub mod cli;
 pub mod config;
+pub mod coordinator;
 pub mod fingerprint;
 pub mod judge;
 pub mod rules;
@@ -58,23 +60,30 @@ pub async fn serve(
         })
         .await?;
     }
-    let (scheduler, worker) = worker::start(
+    let coordinator = coordinator::open(config.redis_url.as_deref(), &config.redis_prefix).await?;
+    let (scheduler, stats, worker) = worker::start(
+        &config,
         store.clone(),
+        coordinator.clone(),
         registry.clone(),
-        config.evaluation.clone(),
-        config.ingest.clone(),
+        config.role.evaluates(),
     );
     let state = api::AppState::new(
         config.clone(),
         store.clone(),
         registry.clone(),
         scheduler,
+        stats,
         api::Tokens::new(&tokens),
     );
-    let app = api::router(state);
+    let app = if config.role.serves_api() {
+        api::router(state)
+    } else {
+        api::health_router(state)
+    };
     tracing::info!(
-        addr = %listener.local_addr()?, store = store.backend(),
-        plugins = registry.plugins().len(), "gavel is serving"
+        addr = %listener.local_addr()?, store = store.backend(), coordinator = coordinator.backend(),
+        role = ?config.role, plugins = registry.plugins().len(), "gavel is serving"
     );
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)

@@ -1,53 +1,84 @@
-//! Evaluation of submitted items in this process: a queue of item ids fed
-//! by [`Scheduler::schedule`], a bounded number of concurrent evaluations,
-//! and a reconciler that re-schedules whatever the store says still needs
-//! an evaluation (after a crash, or a lost race).
-//!
-//! The seam: the API only calls [`Scheduler::schedule`] after its commit has
-//! set `needs_eval_since`; the store, not this queue, is the truth about
-//! what is pending.
+//! The evaluation loop: claim due items from the coordinator with a lease,
+//! judge each on a snapshot read from the store, commit with the version
+//! fence, release the lease. Host-side failures are retried with backoff and
+//! dead-lettered past a budget; a lost race is counted and the item judged
+//! again. The reconciler re-queues whatever the store says still needs an
+//! evaluation, so a killed process or a flushed Redis loses nothing.
 
-use crate::config::{EvaluationConfig, IngestConfig};
+use crate::config::{Config, EvaluationConfig, IngestConfig};
+use crate::coordinator::{Lease, Schedule, SharedCoordinator};
 use crate::judge::{judge, snapshot_of, status_for};
 use crate::rules::{Phase, Registry};
 use crate::status::Actor;
 use crate::store::{CommitOutcome, EvaluationCommit, SharedStore, StoreError, now_ms};
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-/// Hands item ids to the evaluation loop.
+/// Asks the coordinator for evaluations. Cheap to clone.
 #[derive(Clone)]
 pub struct Scheduler {
-    tx: mpsc::UnboundedSender<String>,
+    coordinator: SharedCoordinator,
+    evaluation: Arc<EvaluationConfig>,
 }
 
 impl Scheduler {
-    /// Asks for an evaluation of `id`. Never blocks; if the loop is gone
-    /// (shutting down) the reconciler of the next start picks the item up.
-    pub fn schedule(&self, id: &str) {
-        let _ = self.tx.send(id.to_string());
+    pub fn new(coordinator: SharedCoordinator, evaluation: Arc<EvaluationConfig>) -> Self {
+        Scheduler {
+            coordinator,
+            evaluation,
+        }
+    }
+
+    /// Queues `item` after a request of `kind` (`submit`, or an event kind),
+    /// debounced as configured. Call it after the store committed the
+    /// request (which set `needs_eval_since`): if the coordinator is down,
+    /// the reconciler queues the item later, so this never fails the request.
+    pub async fn schedule(&self, item: &str, kind: &str) {
+        let now = now_ms();
+        self.schedule_with(item, self.evaluation.schedule_for(kind, now))
+            .await;
+    }
+
+    /// Queues `item` to be evaluated as soon as a worker is free (the
+    /// priority path: a moderator's "re-evaluate now", a replayed dead letter).
+    pub async fn schedule_now(&self, item: &str) {
+        self.schedule_with(item, Schedule::At(now_ms())).await;
+    }
+
+    async fn schedule_with(&self, item: &str, how: Schedule) {
+        if let Err(e) = self.coordinator.schedule(item, now_ms(), how).await {
+            tracing::warn!(item, error = %e, "cannot queue the item now; the reconciler will");
+        }
     }
 }
 
-/// The evaluation loop's shared parts.
-struct Worker {
-    store: SharedStore,
-    registry: Arc<Registry>,
-    evaluation: EvaluationConfig,
-    ingest: IngestConfig,
-    scheduler: Scheduler,
-    /// Items being evaluated now; a second request for one is folded into a
-    /// follow-up evaluation.
-    running: Mutex<HashSet<String>>,
-    /// Items requested while being evaluated.
-    again: Mutex<HashSet<String>>,
+/// What the evaluation loop has done, for tests, metrics and operators.
+#[derive(Debug, Default)]
+pub struct WorkerStats {
+    /// Evaluations committed (with or without a status change).
+    pub committed: AtomicU64,
+    /// Commits refused by the version check: another commit won, nothing applied.
+    pub stale_commits: AtomicU64,
+    /// Leases that had expired (or been taken over) by the time we released them.
+    pub leases_lost: AtomicU64,
+    /// Host-side failures retried.
+    pub retries: AtomicU64,
+    /// Evaluations given up on and dead-lettered.
+    pub dead_letters: AtomicU64,
+    /// Items the reconciler queued.
+    pub reconciled: AtomicU64,
+    /// Milliseconds the oldest due item has waited (0 when none is due).
+    pub queue_lag_ms: AtomicI64,
+    /// Items in the queue.
+    pub queue_depth: AtomicU64,
 }
 
-/// A running evaluation loop; [`WorkerHandle::shutdown`] stops it after the
-/// evaluations in flight finish.
+/// Running background tasks; [`WorkerHandle::shutdown`] stops claiming and
+/// waits for the evaluations in flight to commit.
 pub struct WorkerHandle {
     cancel: CancellationToken,
     tasks: tokio::task::JoinSet<()>,
@@ -63,98 +94,243 @@ impl WorkerHandle {
     }
 }
 
-/// Starts the evaluation loop and the reconciler.
-pub fn start(
+struct Worker {
     store: SharedStore,
+    coordinator: SharedCoordinator,
     registry: Arc<Registry>,
-    evaluation: EvaluationConfig,
+    evaluation: Arc<EvaluationConfig>,
     ingest: IngestConfig,
-) -> (Scheduler, WorkerHandle) {
-    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
-    let scheduler = Scheduler { tx };
-    let cancel = CancellationToken::new();
+    stats: Arc<WorkerStats>,
+    /// Host-side failures per item, for the retry budget (per process).
+    attempts: Mutex<HashMap<String, u32>>,
+}
+
+/// Starts the queue-lag sampler, and when `evaluate` is set, the claim loop
+/// and the reconciler.
+pub fn start(
+    config: &Config,
+    store: SharedStore,
+    coordinator: SharedCoordinator,
+    registry: Arc<Registry>,
+    evaluate: bool,
+) -> (Scheduler, Arc<WorkerStats>, WorkerHandle) {
+    let evaluation = Arc::new(config.evaluation.clone());
+    let scheduler = Scheduler::new(coordinator.clone(), evaluation.clone());
+    let stats = Arc::new(WorkerStats::default());
     let worker = Arc::new(Worker {
         store,
+        coordinator,
         registry,
         evaluation,
-        ingest,
-        scheduler: scheduler.clone(),
-        running: Mutex::new(HashSet::new()),
-        again: Mutex::new(HashSet::new()),
+        ingest: config.ingest.clone(),
+        stats: stats.clone(),
+        attempts: Mutex::new(HashMap::new()),
     });
+    let cancel = CancellationToken::new();
     let mut tasks = tokio::task::JoinSet::new();
 
-    let permits = Arc::new(Semaphore::new(worker.evaluation.concurrency.max(1)));
     let (w, c) = (worker.clone(), cancel.clone());
     tasks.spawn(async move {
-        let mut inflight = tokio::task::JoinSet::new();
         loop {
-            let id = tokio::select! {
-                _ = c.cancelled() => break,
-                id = rx.recv() => match id { Some(id) => id, None => break },
-            };
-            if !w.running.lock().expect("lock").insert(id.clone()) {
-                w.again.lock().expect("lock").insert(id);
-                continue;
-            }
-            let Ok(permit) = permits.clone().acquire_owned().await else {
-                break;
-            };
-            let w = w.clone();
-            inflight.spawn(async move {
-                w.evaluate_until_settled(&id).await;
-                drop(permit);
-            });
-            while inflight.try_join_next().is_some() {}
-        }
-        // Let the evaluations in flight commit: no half-done work at shutdown.
-        while inflight.join_next().await.is_some() {}
-    });
-
-    let (w, c) = (worker.clone(), cancel.clone());
-    tasks.spawn(async move {
-        let every = Duration::from_millis(w.evaluation.reconcile_interval_ms.max(10));
-        loop {
-            w.reconcile().await;
+            w.sample_queue().await;
             tokio::select! {
                 _ = c.cancelled() => break,
-                _ = tokio::time::sleep(every) => {}
+                _ = tokio::time::sleep(Duration::from_millis(250)) => {}
             }
         }
     });
-    (scheduler, WorkerHandle { cancel, tasks })
+    if evaluate {
+        let (w, c) = (worker.clone(), cancel.clone());
+        tasks.spawn(async move { w.claim_loop(c).await });
+        let (w, c) = (worker, cancel.clone());
+        tasks.spawn(async move {
+            // At start-up everything pending is queued at once: an embedded
+            // queue starts empty, and a Redis one may have been flushed.
+            w.reconcile(now_ms()).await;
+            let every = Duration::from_millis(w.evaluation.reconcile_interval_ms.max(10));
+            loop {
+                tokio::select! {
+                    _ = c.cancelled() => break,
+                    _ = tokio::time::sleep(every) => {}
+                }
+                let horizon = w.evaluation.longest_wait_ms() + w.evaluation.reconcile_grace_ms;
+                w.reconcile(now_ms() - horizon).await;
+            }
+        });
+    }
+    (scheduler, stats, WorkerHandle { cancel, tasks })
+}
+
+/// `base · 2^(attempt-1)`, capped, with ±50 % jitter so retries of many
+/// items do not land together.
+fn backoff_ms(attempt: u32, base: i64, max: i64) -> i64 {
+    let exp = base
+        .saturating_mul(1i64 << attempt.saturating_sub(1).min(20))
+        .min(max)
+        .max(1);
+    let jitter = (uuid::Uuid::new_v4().as_u128() % 1000) as i64; // 0..999 per mille
+    exp / 2 + exp * jitter / 1000
 }
 
 impl Worker {
-    /// Re-schedules every item the store says is waiting.
-    async fn reconcile(&self) {
-        match self.store.pending_evaluations(now_ms(), 1000).await {
-            Ok(ids) => {
-                for id in ids {
-                    self.scheduler.schedule(&id);
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "reconcile: cannot list pending items"),
+    async fn sample_queue(&self) {
+        let now = now_ms();
+        if let Ok(s) = self.coordinator.stats(now).await {
+            self.stats.queue_depth.store(s.depth, Ordering::Relaxed);
+            self.stats.queue_lag_ms.store(
+                s.oldest_due.map_or(0, |due| (now - due).max(0)),
+                Ordering::Relaxed,
+            );
         }
     }
 
-    async fn evaluate_until_settled(&self, id: &str) {
-        loop {
-            match self.evaluate(id).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    // Lost a race: the item changed under us. Judge it again on fresh state.
+    async fn claim_loop(self: Arc<Self>, cancel: CancellationToken) {
+        let permits = Arc::new(Semaphore::new(self.evaluation.concurrency.max(1)));
+        let poll = Duration::from_millis(self.evaluation.poll_interval_ms.max(1));
+        let mut inflight = tokio::task::JoinSet::new();
+        let mut failures = 0u32;
+        while !cancel.is_cancelled() {
+            while inflight.try_join_next().is_some() {}
+            let free = permits.available_permits();
+            let claimed = if free == 0 {
+                Ok(Vec::new())
+            } else {
+                self.coordinator
+                    .claim_due(now_ms(), free, self.evaluation.lease_ttl_ms)
+                    .await
+            };
+            let pause = match claimed {
+                Ok(leases) if !leases.is_empty() => {
+                    failures = 0;
+                    for lease in leases {
+                        let permit = permits
+                            .clone()
+                            .acquire_owned()
+                            .await
+                            .expect("the semaphore is never closed");
+                        let w = self.clone();
+                        inflight.spawn(async move {
+                            w.process(lease).await;
+                            drop(permit);
+                        });
+                    }
                     continue;
                 }
+                Ok(_) => poll,
                 Err(e) => {
-                    tracing::warn!(item = id, error = %e, "evaluation not committed; the reconciler retries")
+                    failures += 1;
+                    let wait = backoff_ms(failures, 100, 5_000);
+                    tracing::warn!(error = %e, retry_in_ms = wait, "cannot claim from the coordinator");
+                    Duration::from_millis(wait as u64)
                 }
+            };
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = tokio::time::sleep(pause) => {}
             }
-            let again = self.again.lock().expect("lock").remove(id);
-            if !again {
-                self.running.lock().expect("lock").remove(id);
-                // A request that raced the removal above is picked up by the reconciler.
+        }
+        // Let the evaluations in flight commit: no half-done work at shutdown.
+        while inflight.join_next().await.is_some() {}
+    }
+
+    async fn process(&self, lease: Lease) {
+        let item = lease.item.as_str();
+        match self.evaluate(item).await {
+            Ok(true) => {
+                self.attempts.lock().expect("lock").remove(item);
+            }
+            Ok(false) => {
+                // Fenced out: the item moved on under us. Nothing was applied;
+                // judge it again on fresh state.
+                self.stats.stale_commits.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    item,
+                    "stale commit refused by the version check; evaluating again"
+                );
+                self.reschedule(item, Schedule::At(now_ms())).await;
+            }
+            Err(e) => self.failed(item, e).await,
+        }
+        match self.coordinator.release(&lease).await {
+            Ok(true) => {}
+            Ok(false) => {
+                self.stats.leases_lost.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    item,
+                    "lease expired during the evaluation (the version check kept it safe)"
+                );
+            }
+            Err(e) => {
+                tracing::warn!(item, error = %e, "cannot release a lease; it expires by itself")
+            }
+        }
+    }
+
+    async fn failed(&self, item: &str, error: StoreError) {
+        let attempt = {
+            let mut attempts = self.attempts.lock().expect("lock");
+            let n = attempts.entry(item.to_string()).or_insert(0);
+            *n += 1;
+            *n
+        };
+        if attempt < self.evaluation.max_attempts {
+            self.stats.retries.fetch_add(1, Ordering::Relaxed);
+            let wait = backoff_ms(
+                attempt,
+                self.evaluation.retry_base_ms,
+                self.evaluation.retry_max_ms,
+            );
+            tracing::warn!(item, attempt, retry_in_ms = wait, error = %error, "evaluation failed in the host; retrying");
+            self.reschedule(item, Schedule::At(now_ms() + wait)).await;
+            return;
+        }
+        match self
+            .store
+            .dead_letter(item, i64::from(attempt), &error.to_string(), now_ms())
+            .await
+        {
+            Ok(_) => {
+                self.attempts.lock().expect("lock").remove(item);
+                self.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(item, attempts = attempt, error = %error, "evaluation dead-lettered");
+            }
+            Err(e) => {
+                // The store itself is down: keep retrying at the slowest pace.
+                tracing::error!(item, error = %e, "cannot record a dead letter; retrying later");
+                self.reschedule(item, Schedule::At(now_ms() + self.evaluation.retry_max_ms))
+                    .await;
+            }
+        }
+    }
+
+    async fn reschedule(&self, item: &str, how: Schedule) {
+        if let Err(e) = self.coordinator.schedule(item, now_ms(), how).await {
+            tracing::warn!(item, error = %e, "cannot re-queue; the reconciler will");
+        }
+    }
+
+    /// Queues every item the store says is waiting since before `before`
+    /// and that no worker holds.
+    async fn reconcile(&self, before: i64) {
+        let pending = match self.store.pending_evaluations(before, 1000).await {
+            Ok(ids) => ids,
+            Err(e) => {
+                tracing::warn!(error = %e, "reconcile: cannot list pending items");
                 return;
+            }
+        };
+        let now = now_ms();
+        for id in pending {
+            match self.coordinator.is_leased(&id, now).await {
+                Ok(false) => {
+                    self.reschedule(&id, Schedule::At(now)).await;
+                    self.stats.reconciled.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(true) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "reconcile: coordinator unavailable");
+                    return;
+                }
             }
         }
     }
@@ -215,18 +391,32 @@ impl Worker {
         };
         match self.store.commit_evaluation(&commit).await? {
             CommitOutcome::Transitioned { version } => {
+                self.stats.committed.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(item = id, from = %item.status, to = %target, version, "item.transition");
                 Ok(true)
             }
-            CommitOutcome::Recorded => Ok(true),
-            CommitOutcome::Stale => {
-                tracing::info!(
-                    item = id,
-                    version = item.version,
-                    "evaluation lost a race; judging again"
-                );
-                Ok(false)
+            CommitOutcome::Recorded => {
+                self.stats.committed.fetch_add(1, Ordering::Relaxed);
+                Ok(true)
             }
+            CommitOutcome::Stale => Ok(false),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::backoff_ms;
+
+    #[test]
+    fn backoff_doubles_with_jitter_and_caps() {
+        for _ in 0..100 {
+            let b1 = backoff_ms(1, 100, 10_000);
+            assert!((50..150).contains(&b1), "{b1}");
+            let b3 = backoff_ms(3, 100, 10_000);
+            assert!((200..600).contains(&b3), "{b3}");
+            let capped = backoff_ms(30, 100, 10_000);
+            assert!((5_000..15_000).contains(&capped), "{capped}");
         }
     }
 }

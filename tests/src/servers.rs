@@ -166,6 +166,86 @@ fn unsafe_geteuid() -> u32 {
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
 
+/// A real redis-server on a free port with a temp dir and no persistence.
+/// `kill` (SIGKILL) and `restart` it to test outages; it stops by itself
+/// when the test process exits.
+pub struct Redis {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    pid: std::sync::Mutex<Option<u32>>,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        let r = Redis {
+            port: free_port(),
+            dir: tempfile::tempdir().unwrap(),
+            pid: std::sync::Mutex::new(None),
+        };
+        r.restart();
+        r
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Starts the server (again) on the same port, empty.
+    pub fn restart(&self) {
+        let server = which("redis-server")
+            .expect("redis-server is not on PATH; `cargo xtask test` installs it");
+        let pidfile = self.dir.path().join("watchdog.pid");
+        let script = format!(
+            "'{}' --port {} --bind 127.0.0.1 --save '' --appendonly no --dir '{}' >>'{}/redis.log' 2>&1 & rs=$!; echo $rs > '{}'; \
+             while kill -0 {} 2>/dev/null && kill -0 $rs 2>/dev/null; do sleep 0.5; done; kill -9 $rs 2>/dev/null",
+            server.display(),
+            self.port,
+            self.dir.path().display(),
+            self.dir.path().display(),
+            pidfile.display(),
+            std::process::id()
+        );
+        let _ = std::fs::remove_file(&pidfile);
+        Command::new("sh").args(["-c", &script]).spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&pidfile)
+                && let Ok(pid) = text.trim().parse::<u32>()
+                && std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+            {
+                *self.pid.lock().unwrap() = Some(pid);
+                return;
+            }
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILLs the server: everything it held is gone.
+    pub fn kill(&self) {
+        if let Some(pid) = self.pid.lock().unwrap().take() {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                assert!(Instant::now() < deadline, "redis-server did not die");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A Redis shared by one test binary (tests keep apart by key prefix).
+pub fn shared_redis() -> &'static Redis {
+    static REDIS: OnceLock<Redis> = OnceLock::new();
+    REDIS.get_or_init(Redis::start)
+}
+
 /// Which store a test runs against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {

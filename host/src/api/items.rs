@@ -392,6 +392,21 @@ async fn create(
             "sync_rules",
             judgement.as_ref().map_or_else(String::new, |j| j.reason()),
         ),
+        _ if state
+            .stats
+            .queue_lag_ms
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > state.config.evaluation.degraded_lag_ms =>
+        {
+            // Degraded mode: evaluation is far behind, so new content waits
+            // hidden rather than visible-and-unjudged; it is judged when the
+            // queue catches up.
+            (
+                ItemStatus::HeldForReview,
+                "degraded",
+                "evaluation queue is behind; held until judged".to_string(),
+            )
+        }
         _ => (ItemStatus::PendingScan, "submitted", String::new()),
     };
     let body = serde_json::to_string(&SubmitResponse {
@@ -435,7 +450,7 @@ async fn create(
     {
         CreateOutcome::Created(item) => {
             if item.needs_eval_since.is_some() {
-                state.scheduler.schedule(&item.id);
+                state.scheduler.schedule(&item.id, "submit").await;
             }
             tracing::info!(item = %item.id, status = %item.status, "item accepted");
             Ok(json_response(StatusCode::ACCEPTED, body))
@@ -542,7 +557,7 @@ pub async fn append_event(
             event_seq,
             needs_eval_since,
         } => {
-            state.scheduler.schedule(&id);
+            state.scheduler.schedule(&id, req.kind.as_str()).await;
             Ok(json_response(
                 StatusCode::ACCEPTED,
                 event_body(&id, event_seq, needs_eval_since),

@@ -14,7 +14,7 @@ pub use items::{EventRequest, EventResponse, ItemView, SubmitRequest, SubmitResp
 use crate::config::Config;
 use crate::rules::Registry;
 use crate::store::SharedStore;
-use crate::worker::Scheduler;
+use crate::worker::{Scheduler, WorkerStats};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, StatusCode};
@@ -36,6 +36,8 @@ pub struct AppState {
     pub store: SharedStore,
     pub registry: Arc<Registry>,
     pub scheduler: Scheduler,
+    /// The evaluation loop's figures (queue lag drives degraded mode).
+    pub stats: Arc<WorkerStats>,
     pub tokens: Arc<Tokens>,
     pub client_limiter: Arc<RateLimiter>,
     pub author_limiter: Arc<RateLimiter>,
@@ -47,6 +49,7 @@ impl AppState {
         store: SharedStore,
         registry: Arc<Registry>,
         scheduler: Scheduler,
+        stats: Arc<WorkerStats>,
         tokens: Tokens,
     ) -> Self {
         let quota = |rate: u32, burst: u32| {
@@ -67,6 +70,7 @@ impl AppState {
             store,
             registry,
             scheduler,
+            stats,
             tokens: Arc::new(tokens),
         }
     }
@@ -77,7 +81,8 @@ impl AppState {
     info(title = "gavel", description = "Moderation and anti-spam rule host"),
     paths(
         items::submit, items::append_event, items::get_item,
-        moderation::moderate, moderation::review_queue,
+        moderation::moderate, moderation::review_queue, moderation::evaluate_now,
+        moderation::dead_letters, moderation::replay_dead_letter,
         system::plugins, system::healthz, system::readyz, system::openapi,
     ),
     components(schemas(ErrorBody)),
@@ -119,7 +124,13 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/items/{id}", get(items::get_item))
         .route("/v1/items/{id}/events", post(items::append_event))
         .route("/v1/items/{id}/moderation", post(moderation::moderate))
+        .route("/v1/items/{id}/evaluate", post(moderation::evaluate_now))
         .route("/v1/review-queue", get(moderation::review_queue))
+        .route("/v1/dead-letters", get(moderation::dead_letters))
+        .route(
+            "/v1/dead-letters/{id}/replay",
+            post(moderation::replay_dead_letter),
+        )
         .route("/v1/plugins", get(system::plugins))
         .route("/healthz", get(system::healthz))
         .route("/readyz", get(system::readyz))
@@ -138,6 +149,21 @@ pub fn router(state: AppState) -> Router {
         ))
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+        .with_state(state)
+}
+
+/// The routes of a `worker` process: health only.
+pub fn health_router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(system::healthz))
+        .route("/readyz", get(system::readyz))
+        .fallback(|| async {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "a worker process serves only /healthz and /readyz",
+            )
+        })
         .with_state(state)
 }
 

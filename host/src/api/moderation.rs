@@ -188,3 +188,73 @@ pub async fn review_queue(
         next_cursor,
     }))
 }
+
+/// Judge an item again now, without waiting for the debounce window
+/// (the priority path; the lease and the version fence still apply).
+#[utoipa::path(
+    post, path = "/v1/items/{id}/evaluate", tag = "moderator",
+    params(("id" = String, Path)),
+    responses((status = 202, description = "queued"), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn evaluate_now(
+    State(state): State<AppState>,
+    Moderator(_moderator): Moderator,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    if !state
+        .store
+        .request_evaluation(&id, crate::store::now_ms())
+        .await?
+    {
+        return Err(ApiError::not_found("item"));
+    }
+    state.scheduler.schedule_now(&id).await;
+    Ok(StatusCode::ACCEPTED)
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct DeadLettersQuery {
+    /// Include replayed dead letters.
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// Evaluations that failed in the host past their retry budget, newest first.
+#[utoipa::path(
+    get, path = "/v1/dead-letters", tag = "moderator",
+    params(DeadLettersQuery),
+    responses((status = 200, body = Vec<crate::store::DeadLetter>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn dead_letters(
+    State(state): State<AppState>,
+    Moderator(_moderator): Moderator,
+    Query(q): Query<DeadLettersQuery>,
+) -> Result<Json<Vec<crate::store::DeadLetter>>, ApiError> {
+    Ok(Json(state.store.dead_letters(q.all, 500).await?))
+}
+
+/// Replay a dead letter: its item is evaluated again now.
+#[utoipa::path(
+    post, path = "/v1/dead-letters/{id}/replay", tag = "moderator",
+    params(("id" = i64, Path)),
+    responses((status = 202, description = "queued"), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn replay_dead_letter(
+    State(state): State<AppState>,
+    Moderator(_moderator): Moderator,
+    Path(id): Path<i64>,
+) -> Result<StatusCode, ApiError> {
+    let Some(item) = state
+        .store
+        .replay_dead_letter(id, crate::store::now_ms())
+        .await?
+    else {
+        return Err(ApiError::not_found("open dead letter"));
+    };
+    state.scheduler.schedule_now(&item).await;
+    Ok(StatusCode::ACCEPTED)
+}

@@ -390,6 +390,17 @@ pub enum CreateOutcome {
     },
 }
 
+/// An evaluation that failed in the host past its retry budget.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct DeadLetter {
+    pub id: i64,
+    pub item_id: String,
+    pub attempts: i64,
+    pub last_error: String,
+    pub failed_at: Millis,
+    pub replayed_at: Option<Millis>,
+}
+
 /// A position in the review queue: (updated_at, id) of the last item seen.
 pub type ReviewCursor = (Millis, String);
 
@@ -468,6 +479,28 @@ pub trait ItemStore: Send + Sync + 'static {
         after: Option<&ReviewCursor>,
         limit: i64,
     ) -> StoreResult<Vec<Item>>;
+
+    /// Marks an item for evaluation (a moderator's "re-evaluate now");
+    /// `false` if it does not exist or is deleted.
+    async fn request_evaluation(&self, id: &str, now: Millis) -> StoreResult<bool>;
+
+    /// Records that evaluating `item_id` failed in the host `attempts` times;
+    /// `false` if it already has an open dead letter. The item leaves the
+    /// reconciler's view until the dead letter is replayed.
+    async fn dead_letter(
+        &self,
+        item_id: &str,
+        attempts: i64,
+        last_error: &str,
+        now: Millis,
+    ) -> StoreResult<bool>;
+
+    /// Dead letters, newest first; open ones only unless `all`.
+    async fn dead_letters(&self, all: bool, limit: i64) -> StoreResult<Vec<DeadLetter>>;
+
+    /// Marks a dead letter replayed (and its item pending) and returns the
+    /// item, which the caller queues; `None` if unknown or already replayed.
+    async fn replay_dead_letter(&self, id: i64, now: Millis) -> StoreResult<Option<String>>;
 }
 
 /// A shared store handle.

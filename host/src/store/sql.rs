@@ -107,7 +107,22 @@ pub(super) const TRIGGER_EVENTS: &str = "SELECT kind, actor, created_at FROM eve
      WHERE item_id = $1 AND seq > $2 ORDER BY seq DESC LIMIT 64";
 
 pub(super) const PENDING: &str = "SELECT id FROM items WHERE needs_eval_since IS NOT NULL \
-     AND needs_eval_since <= $1 ORDER BY needs_eval_since LIMIT $2";
+     AND needs_eval_since <= $1 AND NOT EXISTS (SELECT 1 FROM dead_letters d \
+     WHERE d.item_id = items.id AND d.replayed_at IS NULL) ORDER BY needs_eval_since LIMIT $2";
+
+pub(super) const REQUEST_EVALUATION: &str = "UPDATE items SET needs_eval_since = COALESCE(needs_eval_since, $2) \
+     WHERE id = $1 AND status <> 'deleted'";
+
+pub(super) const DEAD_LETTER: &str = "INSERT INTO dead_letters (item_id, attempts, last_error, failed_at) \
+     VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING";
+
+pub(super) const DEAD_LETTERS_OPEN: &str = "SELECT id, item_id, attempts, last_error, failed_at, replayed_at \
+     FROM dead_letters WHERE replayed_at IS NULL ORDER BY id DESC LIMIT $1";
+
+pub(super) const DEAD_LETTERS_ALL: &str = "SELECT id, item_id, attempts, last_error, failed_at, replayed_at \
+     FROM dead_letters ORDER BY id DESC LIMIT $1";
+
+pub(super) const DEAD_LETTER_REPLAY: &str = "UPDATE dead_letters SET replayed_at = $2 WHERE id = $1 AND replayed_at IS NULL RETURNING item_id";
 
 pub(super) const ITEM_BY_ID: &str = "WHERE id = $1";
 
@@ -693,6 +708,88 @@ macro_rules! impl_store {
                     .bind(limit)
                     .fetch_all(&self.read)
                     .await?)
+            }
+
+            async fn request_evaluation(&self, id: &str, now: Millis) -> StoreResult<bool> {
+                let $s = self;
+                let mut tx = $begin.await?;
+                let n = sqlx::query(REQUEST_EVALUATION)
+                    .bind(id)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                tx.commit().await?;
+                Ok(n == 1)
+            }
+
+            async fn dead_letter(
+                &self,
+                item_id: &str,
+                attempts: i64,
+                last_error: &str,
+                now: Millis,
+            ) -> StoreResult<bool> {
+                let $s = self;
+                let mut tx = $begin.await?;
+                let n = sqlx::query(DEAD_LETTER)
+                    .bind(item_id)
+                    .bind(attempts)
+                    .bind(last_error)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                tx.commit().await?;
+                Ok(n == 1)
+            }
+
+            async fn dead_letters(&self, all: bool, limit: i64) -> StoreResult<Vec<DeadLetter>> {
+                let sql = if all {
+                    DEAD_LETTERS_ALL
+                } else {
+                    DEAD_LETTERS_OPEN
+                };
+                let rows = sqlx::query_as::<_, (i64, String, i64, String, i64, Option<i64>)>(sql)
+                    .bind(limit)
+                    .fetch_all(&self.read)
+                    .await?;
+                Ok(rows
+                    .into_iter()
+                    .map(
+                        |(id, item_id, attempts, last_error, failed_at, replayed_at)| DeadLetter {
+                            id,
+                            item_id,
+                            attempts,
+                            last_error,
+                            failed_at,
+                            replayed_at,
+                        },
+                    )
+                    .collect())
+            }
+
+            async fn replay_dead_letter(
+                &self,
+                id: i64,
+                now: Millis,
+            ) -> StoreResult<Option<String>> {
+                let $s = self;
+                let mut tx = $begin.await?;
+                let item: Option<String> = sqlx::query_scalar(DEAD_LETTER_REPLAY)
+                    .bind(id)
+                    .bind(now)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                if let Some(item) = &item {
+                    sqlx::query(REQUEST_EVALUATION)
+                        .bind(item)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(item)
             }
 
             async fn review_queue(

@@ -1,0 +1,124 @@
+//! The embedded coordinator: one process, an ordered set of (fire time,
+//! item) and a lease map behind one mutex.
+
+use super::{Coordinator, CoordinatorError, Lease, QueueStats, Schedule, fire_time};
+use crate::store::Millis;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+#[derive(Default)]
+struct State {
+    /// The debounce queue, ordered by fire time.
+    queue: BTreeSet<(Millis, String)>,
+    /// item → (fire time, first pending request).
+    queued: HashMap<String, (Millis, Millis)>,
+    /// item → (token, expires at).
+    leases: HashMap<String, (String, Millis)>,
+}
+
+/// In-process scheduling for a single gavel process.
+#[derive(Default)]
+pub struct EmbeddedCoordinator {
+    state: Mutex<State>,
+    next_token: AtomicU64,
+}
+
+impl EmbeddedCoordinator {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+#[async_trait::async_trait]
+impl Coordinator for EmbeddedCoordinator {
+    fn backend(&self) -> &'static str {
+        "embedded"
+    }
+
+    async fn schedule(
+        &self,
+        item: &str,
+        now: Millis,
+        how: Schedule,
+    ) -> Result<Millis, CoordinatorError> {
+        let mut s = self.state.lock().expect("coordinator lock poisoned");
+        let (current, first) = match s.queued.get(item) {
+            Some(&(fire, first)) => (Some(fire), first),
+            None => (None, now),
+        };
+        let fire = fire_time(current, first, now, how);
+        if let Some(c) = current {
+            s.queue.remove(&(c, item.to_string()));
+        }
+        s.queue.insert((fire, item.to_string()));
+        s.queued.insert(item.to_string(), (fire, first));
+        Ok(fire)
+    }
+
+    async fn claim_due(
+        &self,
+        now: Millis,
+        limit: usize,
+        ttl_ms: i64,
+    ) -> Result<Vec<Lease>, CoordinatorError> {
+        let mut s = self.state.lock().expect("coordinator lock poisoned");
+        let mut claimed = Vec::new();
+        let due: Vec<(Millis, String)> = s
+            .queue
+            .range(..=(now, String::from("\u{10ffff}")))
+            .cloned()
+            .collect();
+        for (fire, item) in due {
+            if claimed.len() >= limit {
+                break;
+            }
+            if s.leases
+                .get(&item)
+                .is_some_and(|(_, expires)| *expires > now)
+            {
+                continue;
+            }
+            s.queue.remove(&(fire, item.clone()));
+            s.queued.remove(&item);
+            let token = format!(
+                "embedded-{}",
+                self.next_token.fetch_add(1, Ordering::Relaxed)
+            );
+            s.leases.insert(item.clone(), (token.clone(), now + ttl_ms));
+            claimed.push(Lease { item, token });
+        }
+        Ok(claimed)
+    }
+
+    async fn release(&self, lease: &Lease) -> Result<bool, CoordinatorError> {
+        let mut s = self.state.lock().expect("coordinator lock poisoned");
+        if s.leases
+            .get(&lease.item)
+            .is_some_and(|(t, _)| *t == lease.token)
+        {
+            s.leases.remove(&lease.item);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    async fn is_leased(&self, item: &str, now: Millis) -> Result<bool, CoordinatorError> {
+        let s = self.state.lock().expect("coordinator lock poisoned");
+        Ok(s.leases
+            .get(item)
+            .is_some_and(|(_, expires)| *expires > now))
+    }
+
+    async fn stats(&self, now: Millis) -> Result<QueueStats, CoordinatorError> {
+        let s = self.state.lock().expect("coordinator lock poisoned");
+        Ok(QueueStats {
+            depth: s.queue.len() as u64,
+            oldest_due: s
+                .queue
+                .first()
+                .map(|(fire, _)| *fire)
+                .filter(|fire| *fire <= now),
+        })
+    }
+}

@@ -1,0 +1,209 @@
+//! The coordinator conformance suite, on the embedded coordinator and on a
+//! real redis-server: debounce semantics, leases, atomic claims.
+
+use gavel::coordinator::{Coordinator, DebounceMode, Schedule, SharedCoordinator};
+use gavel::store::now_ms;
+use gavel_tests::servers::shared_redis;
+use std::collections::HashSet;
+use std::time::Duration;
+
+const SLIDING: Schedule = Schedule::Debounced {
+    mode: DebounceMode::Sliding,
+    window_ms: 250,
+    max_wait_ms: 1000,
+};
+const FIXED: Schedule = Schedule::Debounced {
+    mode: DebounceMode::Fixed,
+    window_ms: 250,
+    max_wait_ms: 1000,
+};
+const TTL: i64 = 10_000;
+
+async fn claim_items(c: &dyn Coordinator, now: i64, limit: usize) -> Vec<String> {
+    let mut items: Vec<String> = c
+        .claim_due(now, limit, TTL)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| l.item)
+        .collect();
+    items.sort();
+    items
+}
+
+/// A burst is judged once, after it goes quiet.
+async fn sliding_window_fires_after_the_burst(c: SharedCoordinator) {
+    let t = 1_000_000;
+    for dt in [0, 100, 200] {
+        c.schedule("a", t + dt, SLIDING).await.unwrap();
+    }
+    assert!(
+        claim_items(c.as_ref(), t + 449, 10).await.is_empty(),
+        "not before quiet for a window"
+    );
+    assert_eq!(claim_items(c.as_ref(), t + 450, 10).await, vec!["a"]);
+    assert!(
+        claim_items(c.as_ref(), t + 10_000, 10).await.is_empty(),
+        "claimed once"
+    );
+}
+
+/// A continuous stream is still judged every max-wait.
+async fn max_wait_caps_a_continuous_stream(c: SharedCoordinator) {
+    let t = 2_000_000;
+    let mut fired = Vec::new();
+    for step in 0..30 {
+        let now = t + step * 100;
+        c.schedule("b", now, SLIDING).await.unwrap();
+        if !claim_items(c.as_ref(), now, 10).await.is_empty() {
+            fired.push(now - t);
+            // The evaluation finishes at once.
+            let lease = c.claim_due(now, 10, TTL).await.unwrap();
+            assert!(lease.is_empty());
+        }
+    }
+    assert!(
+        !fired.is_empty(),
+        "never evaluated under a continuous stream"
+    );
+    assert_eq!(
+        fired[0], 1000,
+        "first evaluation at first event + max_wait: {fired:?}"
+    );
+    for pair in fired.windows(2) {
+        assert!(pair[1] - pair[0] <= 1100, "gap over max_wait: {fired:?}");
+    }
+}
+
+async fn fixed_window_keeps_the_first_fire_time(c: SharedCoordinator) {
+    let t = 3_000_000;
+    assert_eq!(c.schedule("c", t, FIXED).await.unwrap(), t + 250);
+    assert_eq!(c.schedule("c", t + 200, FIXED).await.unwrap(), t + 250);
+    assert_eq!(claim_items(c.as_ref(), t + 250, 10).await, vec!["c"]);
+}
+
+async fn priority_bypasses_the_window(c: SharedCoordinator) {
+    let t = 4_000_000;
+    c.schedule("d", t, SLIDING).await.unwrap();
+    assert_eq!(
+        c.schedule("d", t + 10, Schedule::At(t + 10)).await.unwrap(),
+        t + 10
+    );
+    assert_eq!(claim_items(c.as_ref(), t + 10, 10).await, vec!["d"]);
+}
+
+/// Events during an evaluation schedule exactly one follow-up, claimable
+/// only once the lease is released.
+async fn one_evaluation_in_flight_and_one_follow_up(c: SharedCoordinator) {
+    let now = now_ms();
+    c.schedule("e", now, Schedule::At(now)).await.unwrap();
+    let leases = c.claim_due(now, 10, TTL).await.unwrap();
+    assert_eq!(leases.len(), 1);
+    assert!(c.is_leased("e", now).await.unwrap());
+    for _ in 0..5 {
+        c.schedule("e", now, Schedule::At(now)).await.unwrap();
+    }
+    assert!(
+        c.claim_due(now, 10, TTL).await.unwrap().is_empty(),
+        "leased: not claimable"
+    );
+    assert_eq!(
+        c.stats(now).await.unwrap().depth,
+        1,
+        "five requests, one follow-up"
+    );
+    assert!(c.release(&leases[0]).await.unwrap());
+    assert!(
+        !c.release(&leases[0]).await.unwrap(),
+        "a lease releases once"
+    );
+    let follow_up = c.claim_due(now, 10, TTL).await.unwrap();
+    assert_eq!(follow_up.len(), 1);
+    assert!(c.claim_due(now, 10, TTL).await.unwrap().is_empty());
+    c.release(&follow_up[0]).await.unwrap();
+}
+
+/// A lease whose holder died expires; the late holder's release is refused.
+async fn expired_leases_are_reclaimable(c: SharedCoordinator) {
+    let now = now_ms();
+    c.schedule("f", now, Schedule::At(now)).await.unwrap();
+    let first = c.claim_due(now, 1, 100).await.unwrap();
+    assert_eq!(first.len(), 1);
+    c.schedule("f", now, Schedule::At(now)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let later = now_ms();
+    assert!(!c.is_leased("f", later).await.unwrap());
+    let second = c.claim_due(later, 1, TTL).await.unwrap();
+    assert_eq!(second.len(), 1, "claimable after the TTL");
+    assert!(
+        !c.release(&first[0]).await.unwrap(),
+        "the dead holder's release is refused"
+    );
+    assert!(
+        c.is_leased("f", later).await.unwrap(),
+        "and does not free the new holder's lease"
+    );
+    assert!(c.release(&second[0]).await.unwrap());
+}
+
+/// Concurrent claimers never get the same item.
+async fn concurrent_claims_are_disjoint(c: SharedCoordinator) {
+    let now = now_ms();
+    for i in 0..200 {
+        c.schedule(&format!("g{i:03}"), now, Schedule::At(now))
+            .await
+            .unwrap();
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let c = c.clone();
+        tasks.spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let got = c.claim_due(now, 7, TTL).await.unwrap();
+                if got.is_empty() {
+                    return mine;
+                }
+                mine.extend(got.into_iter().map(|l| l.item));
+            }
+        });
+    }
+    let all: Vec<String> = tasks.join_all().await.into_iter().flatten().collect();
+    let unique: HashSet<&String> = all.iter().collect();
+    assert_eq!(all.len(), 200, "every item claimed");
+    assert_eq!(unique.len(), 200, "no item claimed twice");
+}
+
+macro_rules! coordinator_suite {
+    ($($test:ident),* $(,)?) => {
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $test() {
+                    super::$test(std::sync::Arc::new(gavel::coordinator::EmbeddedCoordinator::new())).await
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $test() {
+                    let c = gavel::coordinator::RedisCoordinator::open(&super::shared_redis().url(), stringify!($test))
+                        .await
+                        .unwrap();
+                    super::$test(std::sync::Arc::new(c)).await
+                }
+            )*
+        }
+    };
+}
+
+coordinator_suite!(
+    sliding_window_fires_after_the_burst,
+    max_wait_caps_a_continuous_stream,
+    fixed_window_keeps_the_first_fire_time,
+    priority_bypasses_the_window,
+    one_evaluation_in_flight_and_one_follow_up,
+    expired_leases_are_reclaimable,
+    concurrent_claims_are_disjoint,
+);
