@@ -45,6 +45,17 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    serve_with_stats(config, listener, shutdown, Arc::default()).await
+}
+
+/// [`serve`], recording the evaluation loop's figures into `stats` (tests
+/// and embedders read them; `/metrics` will export them).
+pub async fn serve_with_stats(
+    config: config::Config,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    stats: Arc<worker::WorkerStats>,
+) -> anyhow::Result<()> {
     let config = Arc::new(config);
     let tokens = config::resolve_tokens(&config)?;
     let store = store::open(&config.database_url(), config.database_max_connections).await?;
@@ -61,11 +72,12 @@ pub async fn serve(
         .await?;
     }
     let coordinator = coordinator::open(config.redis_url.as_deref(), &config.redis_prefix).await?;
-    let (scheduler, stats, worker) = worker::start(
+    let (scheduler, worker) = worker::start(
         &config,
         store.clone(),
         coordinator.clone(),
         registry.clone(),
+        stats.clone(),
         config.role.evaluates(),
     );
     let state = api::AppState::new(

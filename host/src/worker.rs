@@ -112,18 +112,18 @@ pub fn start(
     store: SharedStore,
     coordinator: SharedCoordinator,
     registry: Arc<Registry>,
+    stats: Arc<WorkerStats>,
     evaluate: bool,
-) -> (Scheduler, Arc<WorkerStats>, WorkerHandle) {
+) -> (Scheduler, WorkerHandle) {
     let evaluation = Arc::new(config.evaluation.clone());
     let scheduler = Scheduler::new(coordinator.clone(), evaluation.clone());
-    let stats = Arc::new(WorkerStats::default());
     let worker = Arc::new(Worker {
         store,
         coordinator,
         registry,
         evaluation,
         ingest: config.ingest.clone(),
-        stats: stats.clone(),
+        stats,
         attempts: Mutex::new(HashMap::new()),
     });
     let cancel = CancellationToken::new();
@@ -158,7 +158,7 @@ pub fn start(
             }
         });
     }
-    (scheduler, stats, WorkerHandle { cancel, tasks })
+    (scheduler, WorkerHandle { cancel, tasks })
 }
 
 /// `base · 2^(attempt-1)`, capped, with ±50 % jitter so retries of many

@@ -273,6 +273,8 @@ pub struct TestServer {
     pub moderator: String,
     pub config: Config,
     pub http: reqwest::Client,
+    /// The evaluation loop's figures (stale commits, lost leases, ...).
+    pub stats: std::sync::Arc<gavel::worker::WorkerStats>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
     _dir: tempfile::TempDir,
@@ -284,7 +286,15 @@ impl TestServer {
     }
 
     pub async fn start_with(backend: Backend, tweak: impl FnOnce(&mut Config)) -> TestServer {
-        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(tempfile::tempdir().unwrap(), backend, tweak).await
+    }
+
+    /// Starts in `dir` (its `plugins/` and database, if SQLite, are reused).
+    pub async fn start_in(
+        dir: tempfile::TempDir,
+        backend: Backend,
+        tweak: impl FnOnce(&mut Config),
+    ) -> TestServer {
         let plugins = dir.path().join("plugins");
         std::fs::create_dir_all(&plugins).unwrap();
         for (name, path) in [
@@ -312,13 +322,27 @@ impl TestServer {
         ];
         let mut config = Config {
             data_dir: dir.path().join("data"),
+            // Shrunk timers (RELIABILITY.md): the debounce is short and the
+            // reconciler quick, through config, not test-only code paths.
+            evaluation: gavel::config::EvaluationConfig {
+                debounce: gavel::config::Debounce {
+                    window_ms: 100,
+                    max_wait_ms: 1_000,
+                    ..Default::default()
+                },
+                lease_ttl_ms: 2_000,
+                reconcile_interval_ms: 200,
+                reconcile_grace_ms: 500,
+                poll_interval_ms: 5,
+                retry_base_ms: 50,
+                ..Default::default()
+            },
             plugin_dir: plugins,
             database_url: Some(database_url(backend, dir.path()).await),
             tokens: tokens.clone(),
             limits: crate::test_limits(),
             ..Config::default()
         };
-        config.evaluation.reconcile_interval_ms = 200;
         // The suites send thousands of requests from one token in seconds.
         config.ingest.client_rate_per_second = 100_000;
         config.ingest.client_burst = 100_000;
@@ -326,9 +350,15 @@ impl TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(gavel::serve(config.clone(), listener, async {
-            let _ = rx.await;
-        }));
+        let stats = std::sync::Arc::new(gavel::worker::WorkerStats::default());
+        let task = tokio::spawn(gavel::serve_with_stats(
+            config.clone(),
+            listener,
+            async {
+                let _ = rx.await;
+            },
+            stats.clone(),
+        ));
         let server = TestServer {
             url,
             client: tokens[0].token.clone(),
@@ -336,6 +366,7 @@ impl TestServer {
             moderator: tokens[2].token.clone(),
             config,
             http: reqwest::Client::new(),
+            stats,
             shutdown: Some(tx),
             task: Some(task),
             _dir: dir,

@@ -1,0 +1,444 @@
+//! Debounced evaluation end to end: the Sloan burst (Q5), chains under
+//! concurrency (Q6), two workers racing past a lost lease (R2/Q2), a host
+//! failure dead-lettered and replayed (Q4), Redis killed mid-run (R1).
+//! SQLite runs with the embedded coordinator, PostgreSQL with a real Redis.
+
+use gavel::config::Config;
+use gavel_tests::servers::{Backend, Redis, TestServer, shared_redis};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+/// The coordinator that goes with each store in these tests.
+fn coordinator_for(backend: Backend, config: &mut Config, prefix: &str) {
+    if backend == Backend::Postgres {
+        config.redis_url = Some(shared_redis().url());
+        config.redis_prefix = format!("{prefix}-{}", uuid_ish());
+    }
+}
+
+fn uuid_ish() -> String {
+    format!(
+        "{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
+}
+
+async fn submit(s: &TestServer, author: &str, text: &str) -> String {
+    let r: Value = s
+        .post("/v1/items", &s.client)
+        .json(&json!({"kind": "post", "author": author, "text": text}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    r["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"))
+        .to_string()
+}
+
+async fn settled(s: &TestServer, id: &str) -> Value {
+    s.wait_for(id, |i| {
+        i["needs_eval_since"].is_null() && i["status"] != "pending_scan"
+    })
+    .await
+}
+
+fn async_decisions_of<'a>(item: &'a Value, plugin: &str) -> Vec<&'a Value> {
+    item["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["plugin"] == plugin && d["phase"] == "async")
+        .collect()
+}
+
+/// Transitions form one chain: versions 1, 2, 3, ... and each starts where
+/// the previous ended.
+fn assert_one_chain(item: &Value) {
+    let t = item["transitions"].as_array().unwrap();
+    for (i, tr) in t.iter().enumerate() {
+        assert_eq!(
+            tr["version"],
+            i as i64 + 1,
+            "versions strictly increasing: {t:#?}"
+        );
+        if i > 0 {
+            assert_eq!(
+                tr["from_status"],
+                t[i - 1]["to_status"],
+                "fork in the chain: {t:#?}"
+            );
+        }
+    }
+    assert_eq!(item["version"], t.len() as i64);
+}
+
+/// Q5: 1,000 events on one item within 2 s, window 250 ms: at most
+/// ceil(2 s / window) + 1 evaluations, the last one on all 1,000 events.
+async fn sloan_burst_is_judged_a_few_times_on_complete_counts(backend: Backend) {
+    let s = TestServer::start_with(backend, |c| {
+        c.evaluation.debounce.window_ms = 250;
+        coordinator_for(backend, c, "q5");
+    })
+    .await;
+    let id = submit(&s, "sloan", "an ordinary post").await;
+    let before = async_decisions_of(&settled(&s, &id).await, "flag-ratio").len();
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..1000u64 {
+        let req = s
+            .post(&format!("/v1/items/{id}/events"), &s.client)
+            .json(&json!({"kind": "flag", "actor": format!("user-{i}")}));
+        tasks.spawn(async move {
+            tokio::time::sleep(Duration::from_millis(i * 19 / 10)).await;
+            assert_eq!(req.send().await.unwrap().status(), 202);
+        });
+    }
+    tasks.join_all().await;
+    let burst = started.elapsed();
+    let item = s
+        .wait_for(&id, |i| {
+            i["needs_eval_since"].is_null() && i["counters"]["flag"] == 1000
+        })
+        .await;
+    let evaluations = async_decisions_of(&item, "flag-ratio");
+    let during = evaluations.len() - before;
+    let bound = (burst.as_millis() as usize).div_ceil(250) + 1;
+    assert!(
+        during >= 1 && during <= bound,
+        "{during} evaluations for a {burst:?} burst (bound {bound})"
+    );
+    let last = evaluations.last().unwrap();
+    assert!(
+        last["reason"].as_str().unwrap().starts_with("1000 flags"),
+        "final decision on every event: {last}"
+    );
+    assert_eq!(item["status"], "held_for_review");
+    assert_one_chain(&item);
+    s.stop().await.unwrap();
+}
+
+/// Q6: 100 items × 20 concurrent events, 4 evaluations at a time: each
+/// item's transitions form one chain.
+async fn concurrent_events_on_many_items_form_one_chain_each(backend: Backend) {
+    let s = TestServer::start_with(backend, |c| {
+        c.evaluation.concurrency = 4;
+        c.evaluation.debounce.window_ms = 20;
+        coordinator_for(backend, c, "q6");
+    })
+    .await;
+    let mut ids = Vec::new();
+    for i in 0..100 {
+        ids.push(submit(&s, &format!("author-{i}"), &format!("post number {i}")).await);
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for (n, id) in ids.iter().enumerate() {
+        for e in 0..20 {
+            // Items alternate between mostly flagged and mostly liked.
+            let kind = if (e + n) % 3 == 0 { "upvote" } else { "flag" };
+            let req = s
+                .post(&format!("/v1/items/{id}/events"), &s.client)
+                .json(&json!({"kind": kind, "actor": format!("u{e}")}));
+            tasks.spawn(async move { assert_eq!(req.send().await.unwrap().status(), 202) });
+        }
+    }
+    tasks.join_all().await;
+    for id in &ids {
+        let item = s
+            .wait_for(id, |i| {
+                i["needs_eval_since"].is_null()
+                    && i["counters"]["flag"].as_i64().unwrap_or(0)
+                        + i["counters"]["upvote"].as_i64().unwrap_or(0)
+                        == 20
+            })
+            .await;
+        assert_one_chain(&item);
+    }
+    s.stop().await.unwrap();
+}
+
+/// R2 / Q2: a lease lost while two workers evaluate one item (the first is
+/// slower than its lease): exactly one commit, the other refused by the
+/// store's version check and counted.
+async fn a_lost_lease_never_applies_twice(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = gavel_tests::servers::database_url(backend, dir.path()).await;
+    let prefix = format!("r2-{}", uuid_ish());
+    let slow = |c: &mut Config| {
+        c.database_url = Some(db.clone());
+        if backend == Backend::Postgres {
+            c.redis_url = Some(shared_redis().url());
+            c.redis_prefix = prefix.clone();
+        }
+        c.evaluation.lease_ttl_ms = 300;
+        c.evaluation.reconcile_interval_ms = 100;
+        c.evaluation.reconcile_grace_ms = 0;
+        c.evaluation.debounce.window_ms = 10;
+        c.evaluation.debounce.max_wait_ms = 10;
+        c.limits.async_deadline = Duration::from_secs(5);
+        std::fs::copy(
+            gavel_tests::guests::MISBEHAVE,
+            c.plugin_dir.join("slow.wasm"),
+        )
+        .unwrap();
+        std::fs::write(
+            c.plugin_dir.join("slow.toml"),
+            "[limits]\nasync_deadline_ms = 5000\n[config]\nmode = \"spin\"\nspin_ms = 1200\n",
+        )
+        .unwrap();
+    };
+    let a = TestServer::start_with(backend, slow).await;
+    // With the embedded coordinator, both workers must share one process's
+    // queue to race; with Redis, a second server shares the queue.
+    let b = if backend == Backend::Postgres {
+        Some(TestServer::start_with(backend, slow).await)
+    } else {
+        None
+    };
+    let id = submit(&a, "racer", "a post judged by a slow rule").await;
+    let item = a
+        .wait_for(&id, |i| {
+            i["needs_eval_since"].is_null() && i["status"] != "pending_scan"
+        })
+        .await;
+    // Give the second (late) evaluation time to try its commit.
+    let stale = || {
+        a.stats
+            .stale_commits
+            .load(std::sync::atomic::Ordering::Relaxed)
+            + b.as_ref().map_or(0, |b| {
+                b.stats
+                    .stale_commits
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stale() == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        stale() >= 1,
+        "the late commit was not refused (or never raced)"
+    );
+    let lost = a
+        .stats
+        .leases_lost
+        .load(std::sync::atomic::Ordering::Relaxed)
+        + b.as_ref().map_or(0, |b| {
+            b.stats
+                .leases_lost
+                .load(std::sync::atomic::Ordering::Relaxed)
+        });
+    assert!(lost >= 1, "a lease should have expired under the slow rule");
+    let item = a.wait_for(&id, |i| i["version"] == item["version"]).await;
+    let transitions = item["transitions"].as_array().unwrap();
+    assert_eq!(
+        transitions.len(),
+        2,
+        "creation + exactly one automated transition: {transitions:#?}"
+    );
+    let slow_decisions = async_decisions_of(&item, "misbehave");
+    assert_eq!(slow_decisions.len(), 1, "the refused commit wrote nothing");
+    assert_one_chain(&item);
+    if let Some(b) = b {
+        b.stop().await.unwrap();
+    }
+    a.stop().await.unwrap();
+}
+
+/// Q4: an evaluation that fails in the host every time is retried a bounded
+/// number of times, dead-lettered once, other items keep flowing, and the
+/// dead letter can be replayed.
+async fn host_failures_are_retried_then_dead_lettered_and_replayable(backend: Backend) {
+    assert_eq!(
+        backend,
+        Backend::Sqlite,
+        "corrupts a row through SQLite's PRAGMA"
+    );
+    let s = TestServer::start_with(backend, |c| {
+        c.evaluation.max_attempts = 3;
+        c.evaluation.retry_base_ms = 20;
+    })
+    .await;
+    let id = submit(&s, "victim", "fine text").await;
+    settled(&s, &id).await;
+    // Corrupt the row behind gavel's back so every snapshot read fails.
+    let url = s.config.database_url.clone().unwrap();
+    let corrupt = |status: &'static str| {
+        let (url, id) = (url.clone(), id.clone());
+        async move {
+            use sqlx::Connection;
+            let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+            sqlx::query("PRAGMA ignore_check_constraints = ON")
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            sqlx::query("UPDATE items SET status = ?1, needs_eval_since = 1 WHERE id = ?2")
+                .bind(status)
+                .bind(&id)
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+    };
+    corrupt("bogus").await;
+    s.post(&format!("/v1/items/{id}/evaluate"), &s.moderator)
+        .send()
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let letters = loop {
+        let letters: Vec<Value> = s
+            .get("/v1/dead-letters", &s.moderator)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if !letters.is_empty() {
+            break letters;
+        }
+        assert!(Instant::now() < deadline, "never dead-lettered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0]["item_id"], id);
+    assert_eq!(letters[0]["attempts"], 3);
+    assert!(letters[0]["last_error"].as_str().unwrap().contains("bogus"));
+    assert_eq!(
+        s.stats
+            .dead_letters
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    assert_eq!(
+        s.stats.retries.load(std::sync::atomic::Ordering::Relaxed),
+        2
+    );
+    // Other items keep flowing.
+    let other = submit(&s, "bystander", "another fine text").await;
+    settled(&s, &other).await;
+    // Fix the row, replay: the item is judged again.
+    corrupt("visible").await;
+    let letter_id = letters[0]["id"].as_i64().unwrap();
+    let r = s
+        .post(
+            &format!("/v1/dead-letters/{letter_id}/replay"),
+            &s.moderator,
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    settled(&s, &id).await;
+    let r = s
+        .post(
+            &format!("/v1/dead-letters/{letter_id}/replay"),
+            &s.moderator,
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404, "a dead letter replays once");
+    s.stop().await.unwrap();
+}
+
+/// R1: Redis SIGKILLed (no persistence) with items scheduled, submissions
+/// during the outage, Redis restarted empty: the reconciler rebuilds the
+/// queue from the store; every item settles; no 5xx.
+async fn redis_killed_loses_nothing(backend: Backend) {
+    assert_eq!(backend, Backend::Postgres);
+    let redis = Redis::start();
+    let s = TestServer::start_with(backend, |c| {
+        c.redis_url = Some(redis.url());
+        c.evaluation.debounce.window_ms = 1_500;
+        c.evaluation.debounce.max_wait_ms = 1_500;
+        c.evaluation.reconcile_grace_ms = 200;
+    })
+    .await;
+    let mut ids = Vec::new();
+    for i in 0..100 {
+        ids.push(submit(&s, &format!("r1-{i}"), &format!("text {i}")).await);
+    }
+    for id in &ids {
+        settled(&s, id).await;
+        // Queue a debounced evaluation that is still waiting when Redis dies.
+        let r = s
+            .post(&format!("/v1/items/{id}/events"), &s.client)
+            .json(&json!({"kind": "flag", "actor": "x"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 202);
+    }
+    redis.kill();
+    for i in 0..20 {
+        let r = s
+            .post("/v1/items", &s.client)
+            .json(&json!({"kind": "post", "author": format!("outage-{i}"), "text": "during the outage"}))
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            r.status() == 202 || r.status() == 503,
+            "got {} during the outage",
+            r.status()
+        );
+        if r.status() == 202 {
+            ids.push(
+                r.json::<Value>().await.unwrap()["id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            );
+        } else {
+            assert!(r.headers().contains_key("retry-after"));
+        }
+    }
+    redis.restart();
+    for id in &ids {
+        let item = s
+            .wait_for(id, |i| {
+                i["needs_eval_since"].is_null() && i["status"] != "pending_scan"
+            })
+            .await;
+        assert_one_chain(&item);
+    }
+    s.stop().await.unwrap();
+}
+
+macro_rules! on {
+    ($backend:ident: $($test:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $test() {
+                super::$test(super::Backend::$backend).await
+            }
+        )*
+    };
+}
+
+mod sqlite_embedded {
+    on!(Sqlite:
+        sloan_burst_is_judged_a_few_times_on_complete_counts,
+        concurrent_events_on_many_items_form_one_chain_each,
+        a_lost_lease_never_applies_twice,
+        host_failures_are_retried_then_dead_lettered_and_replayable,
+    );
+}
+
+mod postgres_redis {
+    on!(Postgres:
+        sloan_burst_is_judged_a_few_times_on_complete_counts,
+        concurrent_events_on_many_items_form_one_chain_each,
+        a_lost_lease_never_applies_twice,
+        redis_killed_loses_nothing,
+    );
+}
