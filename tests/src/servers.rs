@@ -434,3 +434,118 @@ impl TestServer {
         }
     }
 }
+
+/// The `gavel` binary the kill tests run: built by `cargo xtask test`
+/// before the tests (`cargo build -p gavel`).
+pub fn gavel_binary() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::repo_root().join("target"));
+    let bin = target.join("debug").join("gavel");
+    assert!(
+        bin.is_file(),
+        "{} is missing: run `cargo build -p gavel` (cargo xtask test does)",
+        bin.display()
+    );
+    bin
+}
+
+/// A real `gavel serve` process, for SIGKILL / SIGSTOP tests.
+pub struct GavelProcess {
+    pub name: String,
+    pub port: u16,
+    config: PathBuf,
+    log: PathBuf,
+    child: Option<std::process::Child>,
+}
+
+impl GavelProcess {
+    /// Starts `gavel serve --config CONFIG` with `listen` set to a free port
+    /// and waits until it answers `/healthz`.
+    pub fn start(dir: &Path, name: &str, config_toml: &str) -> GavelProcess {
+        let port = free_port();
+        let config = dir.join(format!("{name}.toml"));
+        std::fs::write(
+            &config,
+            format!("listen = \"127.0.0.1:{port}\"\n{config_toml}"),
+        )
+        .unwrap();
+        let mut p = GavelProcess {
+            name: name.into(),
+            port,
+            config,
+            log: dir.join(format!("{name}.log")),
+            child: None,
+        };
+        p.restart();
+        p
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// (Re)starts the process and waits for `/healthz`.
+    pub fn restart(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(gavel_binary())
+            .args(["serve", "--config"])
+            .arg(&self.config)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "{} did not start; see {}",
+                self.name,
+                self.log.display()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        if let Some(c) = &self.child {
+            let _ = Command::new("kill")
+                .args([sig, &c.id().to_string()])
+                .status();
+        }
+    }
+
+    /// SIGKILL, and reap.
+    pub fn kill(&mut self) {
+        self.signal("-KILL");
+        if let Some(mut c) = self.child.take() {
+            let _ = c.wait();
+        }
+    }
+
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    /// What the process logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for GavelProcess {
+    fn drop(&mut self) {
+        self.resume();
+        self.kill();
+    }
+}

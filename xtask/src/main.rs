@@ -184,10 +184,28 @@ fn ensure_postgres() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// redis-server, from Debian's packages when missing (as root).
+fn ensure_redis() -> anyhow::Result<()> {
+    if output(Command::new("redis-server").arg("--version")).is_some() {
+        return Ok(());
+    }
+    let is_root = output(Command::new("id").arg("-u")).is_some_and(|u| u.trim() == "0");
+    anyhow::ensure!(
+        is_root,
+        "redis-server is not installed: install Debian's `redis-server` package"
+    );
+    sh(Command::new("apt-get").arg("update").arg("-qq"))?;
+    sh(Command::new("apt-get").args(["install", "-y", "-qq", "redis-server"]))?;
+    Ok(())
+}
+
 fn test(root: &Path) -> anyhow::Result<()> {
     ensure_wasm_target()?;
     ensure_componentize_py()?;
     ensure_postgres()?;
+    ensure_redis()?;
+    // The kill tests run the real binary.
+    sh(Command::new(cargo()).args(["build", "-p", "gavel"]))?;
     // Host crates and integration tests (the tests' build script builds every guest).
     sh(Command::new(cargo()).args(["test", "--workspace"]))?;
     // The example plugins' unit tests, natively through the SDK harness.
