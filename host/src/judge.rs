@@ -169,6 +169,13 @@ pub fn judge(
                 error = e.error.as_deref().unwrap_or(""), "rule evaluation failed"
             );
         }
+        let quarantine_after = engine.limits().quarantine_after;
+        if p.record_outcome(e.outcome, quarantine_after) {
+            tracing::error!(
+                plugin = %e.plugin.name, version = %e.plugin.version, digest = %e.plugin.digest,
+                failures = quarantine_after, "plugin quarantined: not evaluated until its file changes"
+            );
+        }
         evaluations.push((p.clone(), e));
     }
     let verdict = Verdict::most_severe(

@@ -414,6 +414,67 @@ async fn redis_killed_loses_nothing(backend: Backend) {
     s.stop().await.unwrap();
 }
 
+/// Q3: a plugin that always traps on some items: those items are decided
+/// by the other plugins, the failure is recorded with outcome `trap`, and
+/// after `quarantine_after` failures in a row the plugin is quarantined.
+async fn a_trapping_plugin_is_recorded_then_quarantined(backend: Backend) {
+    let s = TestServer::start_with(backend, |c| {
+        coordinator_for(backend, c, "q3");
+        c.limits.quarantine_after = 3;
+        std::fs::copy(
+            gavel_tests::guests::MISBEHAVE,
+            c.plugin_dir.join("trapper.wasm"),
+        )
+        .unwrap();
+        std::fs::write(
+            c.plugin_dir.join("trapper.toml"),
+            "[config]\nmode = \"trap-on\"\ntrap_on = \"poison\"\n",
+        )
+        .unwrap();
+    })
+    .await;
+    let spam = "poison http://a.example http://b.example http://c.example http://d.example";
+    let first = submit(&s, "q3-0", spam).await;
+    let item = settled(&s, &first).await;
+    assert_eq!(
+        item["status"], "held_for_review",
+        "decided by the other plugins"
+    );
+    let trapped = async_decisions_of(&item, "misbehave");
+    assert_eq!(trapped.len(), 1);
+    assert_eq!(trapped[0]["outcome"], "trap");
+    assert_eq!(trapped[0]["applied"], false);
+    assert!(trapped[0]["verdict"].is_null());
+    for i in 1..3 {
+        let id = submit(&s, &format!("q3-{i}"), &format!("poison number {i}")).await;
+        settled(&s, &id).await;
+    }
+    let plugins: Value = s
+        .get("/v1/plugins", &s.moderator)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let trapper = plugins["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "misbehave")
+        .unwrap()
+        .clone();
+    assert_eq!(trapper["quarantined"], true, "{trapper}");
+    let after = submit(&s, "q3-9", "poison after quarantine").await;
+    let item = settled(&s, &after).await;
+    assert!(
+        async_decisions_of(&item, "misbehave").is_empty(),
+        "a quarantined plugin is not evaluated"
+    );
+    assert_eq!(item["status"], "visible");
+    s.stop().await.unwrap();
+}
+
 macro_rules! on {
     ($backend:ident: $($test:ident),* $(,)?) => {
         $(
@@ -431,6 +492,7 @@ mod sqlite_embedded {
         concurrent_events_on_many_items_form_one_chain_each,
         a_lost_lease_never_applies_twice,
         host_failures_are_retried_then_dead_lettered_and_replayable,
+        a_trapping_plugin_is_recorded_then_quarantined,
     );
 }
 
@@ -440,5 +502,6 @@ mod postgres_redis {
         concurrent_events_on_many_items_form_one_chain_each,
         a_lost_lease_never_applies_twice,
         redis_killed_loses_nothing,
+        a_trapping_plugin_is_recorded_then_quarantined,
     );
 }

@@ -38,6 +38,9 @@ pub struct PluginView {
     pub phases: Vec<String>,
     pub path: String,
     pub loaded_at: i64,
+    /// Not evaluated after too many failures in a row, until its file changes.
+    pub quarantined: bool,
+    pub consecutive_failures: u32,
 }
 
 /// A plugin file that failed to load.
@@ -79,6 +82,10 @@ pub async fn plugins(
             phases: p.phases.iter().map(|p| p.as_str().to_string()).collect(),
             path: p.plugin.path.display().to_string(),
             loaded_at: p.loaded_at_ms,
+            quarantined: p.quarantined.load(std::sync::atomic::Ordering::Relaxed),
+            consecutive_failures: p
+                .consecutive_failures
+                .load(std::sync::atomic::Ordering::Relaxed),
         })
         .collect();
     let failures = state

@@ -34,6 +34,9 @@ pub struct RuntimeLimits {
     pub max_concurrent_evaluations: u32,
     /// Log lines one evaluation may write; the rest are dropped and counted.
     pub max_log_lines: u32,
+    /// Consecutive failed evaluations (trap, timeout, memory, invalid) after
+    /// which a plugin is quarantined: not evaluated until its file changes.
+    pub quarantine_after: u32,
 }
 
 impl Default for RuntimeLimits {
@@ -51,6 +54,7 @@ impl Default for RuntimeLimits {
             epoch_tick: Duration::from_millis(1),
             max_concurrent_evaluations: 128,
             max_log_lines: 32,
+            quarantine_after: 5,
         }
     }
 }

@@ -7,6 +7,7 @@ use crate::store::Mode;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -85,12 +86,28 @@ pub struct RegisteredPlugin {
     pub deadline_sync: Duration,
     pub memory_bytes: usize,
     pub loaded_at_ms: i64,
+    /// Failed evaluations in a row (reset by a success).
+    pub consecutive_failures: AtomicU32,
+    /// Set after `quarantine_after` failures in a row; cleared only by
+    /// loading the file again (a new `RegisteredPlugin`).
+    pub quarantined: AtomicBool,
 }
 
 impl RegisteredPlugin {
-    /// Whether this plugin runs in `phase`.
+    /// Whether this plugin runs in `phase` (enabled, declared, not quarantined).
     pub fn runs_in(&self, phase: Phase) -> bool {
-        self.enabled && self.phases.contains(&phase)
+        self.enabled && self.phases.contains(&phase) && !self.quarantined.load(Ordering::Relaxed)
+    }
+
+    /// Counts an evaluation's outcome towards quarantine; returns `true` when
+    /// this outcome quarantined the plugin.
+    pub fn record_outcome(&self, outcome: super::Outcome, quarantine_after: u32) -> bool {
+        if !outcome.is_failure() {
+            self.consecutive_failures.store(0, Ordering::Relaxed);
+            return false;
+        }
+        let failures = self.consecutive_failures.fetch_add(1, Ordering::Relaxed) + 1;
+        failures >= quarantine_after.max(1) && !self.quarantined.swap(true, Ordering::Relaxed)
     }
 }
 
@@ -215,6 +232,8 @@ impl Registry {
                 .map_or(limits.sync_deadline, Duration::from_millis),
             memory_bytes,
             loaded_at_ms: crate::store::now_ms(),
+            consecutive_failures: AtomicU32::new(0),
+            quarantined: AtomicBool::new(false),
             plugin,
         })
     }
