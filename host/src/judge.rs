@@ -84,6 +84,10 @@ pub fn context_pairs(json: &str) -> Vec<(String, String)> {
 #[derive(Debug)]
 pub struct Judgement {
     pub evaluations: Vec<(Arc<RegisteredPlugin>, Evaluation)>,
+    /// When the decisions were made: the judgement's start, but never before
+    /// the plugin version was loaded, so every decision falls inside its
+    /// version's `plugin_versions` interval.
+    pub started_at: i64,
     /// The most severe verdict among enforcing plugins (failures count as
     /// `hold` when fail-closed), `None` if no enforcing plugin decided.
     pub verdict: Option<Verdict>,
@@ -111,6 +115,7 @@ impl Judgement {
                     duration_us: e.duration.as_micros() as i64,
                     outcome: e.outcome,
                     error: e.error.clone(),
+                    decided_at: self.started_at.max(p.loaded_at_ms),
                 }
             })
             .collect()
@@ -154,6 +159,9 @@ pub fn judge(
     fail_closed: bool,
 ) -> Judgement {
     let engine = registry.engine();
+    // Taken before the plugin list: a version swapped out after this still
+    // served at this time.
+    let started_at = crate::store::now_ms();
     let plugins = registry.plugins();
     let mut evaluations = Vec::new();
     for p in plugins.iter().filter(|p| p.runs_in(phase)) {
@@ -171,6 +179,7 @@ pub fn judge(
         }
         let quarantine_after = engine.limits().quarantine_after;
         if p.record_outcome(e.outcome, quarantine_after) {
+            registry.quarantined(p);
             tracing::error!(
                 plugin = %e.plugin.name, version = %e.plugin.version, digest = %e.plugin.digest,
                 failures = quarantine_after, "plugin quarantined: not evaluated until its file changes"
@@ -192,6 +201,7 @@ pub fn judge(
     );
     Judgement {
         evaluations,
+        started_at,
         verdict,
     }
 }

@@ -59,8 +59,29 @@ pub async fn serve_with_stats(
     let config = Arc::new(config);
     let tokens = config::resolve_tokens(&config)?;
     let store = store::open(&config.database_url(), config.database_max_connections).await?;
-    let engine = Arc::new(rules::RuleEngine::new(config.limits.clone())?);
-    let registry = Arc::new(rules::Registry::new(engine));
+    let engine = Arc::new(
+        rules::RuleEngine::new(config.limits.clone())?
+            .with_cache(&config.data_dir.join("cache"))?,
+    );
+    // Plugin loads, unloads and failures go to `plugin_versions`, in order.
+    let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();
+    let node = format!(
+        "{}:{}",
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map_or_else(|_| "localhost".into(), |h| h.trim().to_string()),
+        std::process::id()
+    );
+    let history = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            while let Some(event) = events_rx.recv().await {
+                if let Err(e) = store.record_plugin_event(&node, &event).await {
+                    tracing::warn!(error = %e, ?event, "cannot record plugin history");
+                }
+            }
+        })
+    };
+    let registry = Arc::new(rules::Registry::new(engine).with_events(events_tx));
     let plugin_dir = config.plugin_dir.clone();
     {
         let registry = registry.clone();
@@ -71,6 +92,13 @@ pub async fn serve_with_stats(
         })
         .await?;
     }
+    let watcher = match rules::PluginWatcher::start(registry.clone(), config.plugin_dir.clone()) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::error!(dir = %config.plugin_dir.display(), error = %e, "cannot watch the plugin directory; hot reload is off");
+            None
+        }
+    };
     let coordinator = coordinator::open(config.redis_url.as_deref(), &config.redis_prefix).await?;
     let (scheduler, worker) = worker::start(
         &config,
@@ -102,6 +130,12 @@ pub async fn serve_with_stats(
         .await?;
     tracing::info!("HTTP server stopped; finishing evaluations in flight");
     worker.shutdown(config.shutdown_grace()).await;
+    drop(watcher);
+    registry.unload_all();
+    drop(registry);
+    // The registry (and its event sender) is gone once every clone is dropped;
+    // wait a little for the last history rows.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), history).await;
     Ok(())
 }
 

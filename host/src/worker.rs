@@ -374,6 +374,18 @@ impl Worker {
             .max()
             .unwrap_or(crate::verdict::Verdict::Allow);
         let target = status_for(combined);
+        for (plugin, e) in &judgement.evaluations {
+            plugin.evaluations.fetch_add(1, Ordering::Relaxed);
+            if plugin.mode == crate::store::Mode::Shadow
+                && let Some(d) = &e.decision
+                && status_for(
+                    d.verdict
+                        .max(item.sync_verdict.unwrap_or(crate::verdict::Verdict::Allow)),
+                ) != target
+            {
+                plugin.disagreements.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         let to = (!manual
             && item.status != target
             && crate::status::can_transition(item.status, target, Actor::Rules))

@@ -277,7 +277,7 @@ pub struct TestServer {
     pub stats: std::sync::Arc<gavel::worker::WorkerStats>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
-    _dir: tempfile::TempDir,
+    dir: Option<tempfile::TempDir>,
 }
 
 impl TestServer {
@@ -359,17 +359,26 @@ impl TestServer {
             },
             stats.clone(),
         ));
+        let token_of = |name: &str| {
+            config
+                .tokens
+                .iter()
+                .find(|t| t.name == name)
+                .unwrap()
+                .token
+                .clone()
+        };
         let server = TestServer {
             url,
-            client: tokens[0].token.clone(),
-            client2: tokens[1].token.clone(),
-            moderator: tokens[2].token.clone(),
+            client: token_of("web"),
+            client2: token_of("app"),
+            moderator: token_of("mod"),
             config,
             http: reqwest::Client::new(),
             stats,
             shutdown: Some(tx),
             task: Some(task),
-            _dir: dir,
+            dir: Some(dir),
         };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -392,6 +401,14 @@ impl TestServer {
     pub async fn stop(mut self) -> anyhow::Result<()> {
         let _ = self.shutdown.take().unwrap().send(());
         self.task.take().unwrap().await.unwrap()
+    }
+
+    /// Stops gracefully, handing back the config and directory for a restart
+    /// ([`TestServer::start_in`]).
+    pub async fn stop_keeping_dir(mut self) -> (Config, tempfile::TempDir) {
+        let _ = self.shutdown.take().unwrap().send(());
+        self.task.take().unwrap().await.unwrap().unwrap();
+        (self.config.clone(), self.dir.take().unwrap())
     }
 
     /// `POST path` with a JSON body and a bearer token.

@@ -83,6 +83,7 @@ fn decision(plugin: &str) -> NewDecision {
         duration_us: 12,
         outcome: gavel::rules::Outcome::Ok,
         error: None,
+        decided_at: now_ms(),
     }
 }
 

@@ -83,7 +83,7 @@ impl AppState {
         items::submit, items::append_event, items::get_item,
         moderation::moderate, moderation::review_queue, moderation::evaluate_now,
         moderation::dead_letters, moderation::replay_dead_letter,
-        system::plugins, system::healthz, system::readyz, system::openapi,
+        system::plugins, system::plugin_history, system::healthz, system::readyz, system::openapi,
     ),
     components(schemas(ErrorBody)),
     modifiers(&BearerAuth),
@@ -132,6 +132,7 @@ pub fn router(state: AppState) -> Router {
             post(moderation::replay_dead_letter),
         )
         .route("/v1/plugins", get(system::plugins))
+        .route("/v1/plugins/history", get(system::plugin_history))
         .route("/healthz", get(system::healthz))
         .route("/readyz", get(system::readyz))
         .route("/openapi.json", get(system::openapi))

@@ -41,6 +41,14 @@ pub struct PluginView {
     /// Not evaluated after too many failures in a row, until its file changes.
     pub quarantined: bool,
     pub consecutive_failures: u32,
+    /// Whether the compiled code came from the compilation cache (a restart
+    /// or re-deploy of a known digest) rather than a fresh compilation.
+    pub from_cache: bool,
+    /// Asynchronous evaluations of this version in this process since it loaded.
+    pub evaluations: u64,
+    /// For shadow plugins: evaluations whose verdict would have set another
+    /// status than the enforcing plugins did.
+    pub shadow_disagreements: u64,
 }
 
 /// A plugin file that failed to load.
@@ -86,6 +94,9 @@ pub async fn plugins(
             consecutive_failures: p
                 .consecutive_failures
                 .load(std::sync::atomic::Ordering::Relaxed),
+            from_cache: p.plugin.from_cache,
+            evaluations: p.evaluations.load(std::sync::atomic::Ordering::Relaxed),
+            shadow_disagreements: p.disagreements.load(std::sync::atomic::Ordering::Relaxed),
         })
         .collect();
     let failures = state
@@ -110,4 +121,18 @@ pub async fn openapi() -> Response {
         axum::http::HeaderValue::from_static("application/json"),
     );
     r
+}
+
+/// Every load, unload, quarantine and failed load of a plugin, newest first:
+/// which exact code (name, version, digest) served when.
+#[utoipa::path(
+    get, path = "/v1/plugins/history", tag = "moderator",
+    responses((status = 200, body = Vec<crate::store::PluginVersionRecord>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn plugin_history(
+    State(state): State<AppState>,
+    Moderator(_moderator): Moderator,
+) -> Result<Json<Vec<crate::store::PluginVersionRecord>>, ApiError> {
+    Ok(Json(state.store.plugin_history(1000).await?))
 }

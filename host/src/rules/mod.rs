@@ -9,19 +9,23 @@
 //! it never panics or stalls the host.
 
 mod bindings;
+mod cache;
 mod evaluation;
 mod limits;
 mod plugin;
 mod registry;
 mod sandbox;
 mod snapshot;
+mod watcher;
 
 pub use bindings::{AuthorStats, Event, Item, Snapshot};
+pub use cache::CompileCache;
 pub use evaluation::{Decision, Digest, Evaluation, Outcome, PluginStamp};
 pub use limits::{MEMORY_CEILING_BYTES, RuntimeLimits};
 pub use plugin::{LoadError, LoadErrorKind, LoadedPlugin, Phase, PluginInfo};
 pub use registry::{LoadFailure, Manifest, RegisteredPlugin, Registry};
 pub use snapshot::{fit_snapshot, snapshot_from_spec};
+pub use watcher::PluginWatcher;
 
 use crate::verdict::Verdict;
 use sandbox::Sandbox;
@@ -43,6 +47,8 @@ pub struct RuleEngine {
     engine: Engine,
     linker: Linker<Sandbox>,
     limits: RuntimeLimits,
+    /// Compiled components by digest, when a data directory is configured.
+    cache: Option<CompileCache>,
     ticker: EpochTicker,
 }
 
@@ -88,8 +94,20 @@ impl RuleEngine {
             engine,
             linker,
             limits,
+            cache: None,
             ticker,
         })
+    }
+
+    /// Caches compiled components in `dir` (see [`CompileCache`]).
+    pub fn with_cache(mut self, dir: &std::path::Path) -> anyhow::Result<Self> {
+        self.cache = Some(CompileCache::new(dir)?);
+        Ok(self)
+    }
+
+    /// The compilation cache, if any.
+    pub fn cache(&self) -> Option<&CompileCache> {
+        self.cache.as_ref()
     }
 
     pub fn limits(&self) -> &RuntimeLimits {

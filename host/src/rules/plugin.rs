@@ -101,8 +101,10 @@ pub struct LoadedPlugin {
     pub path: PathBuf,
     /// Size of the component file in bytes.
     pub size: u64,
-    /// Time spent compiling (zero when it came from a compilation cache).
+    /// Time spent compiling, or reading the compilation cache.
     pub compile_time: Duration,
+    /// Whether the compiled code came from the compilation cache.
+    pub from_cache: bool,
     pub(crate) pre: RulePre<Sandbox>,
 }
 
@@ -189,8 +191,21 @@ impl RuleEngine {
         check_format(path, bytes)?;
         let digest = Digest::of(bytes);
         let started = Instant::now();
-        let component = Component::new(&self.engine, bytes)
-            .map_err(|e| LoadErrorKind::Compile(format!("{e:#}")))?;
+        let (component, from_cache) = match self
+            .cache
+            .as_ref()
+            .and_then(|c| c.get(&self.engine, &digest))
+        {
+            Some(component) => (component, true),
+            None => {
+                let component = Component::new(&self.engine, bytes)
+                    .map_err(|e| LoadErrorKind::Compile(format!("{e:#}")))?;
+                if let Some(cache) = &self.cache {
+                    cache.put(&digest, &component);
+                }
+                (component, false)
+            }
+        };
         let compile_time = started.elapsed();
         let pre = self
             .linker
@@ -208,6 +223,7 @@ impl RuleEngine {
             path: path.to_path_buf(),
             size,
             compile_time,
+            from_cache,
             pre,
         })
     }

@@ -2,13 +2,13 @@
 //! atomically. An evaluation holds its `Arc`, so a reload never changes a
 //! plugin under a running evaluation.
 
-use super::{LoadedPlugin, Phase, RuleEngine};
-use crate::store::Mode;
+use super::{Digest, LoadedPlugin, Phase, RuleEngine};
+use crate::store::{Mode, PluginEvent};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 /// A plugin's sidecar `NAME.toml`, next to `NAME.wasm`.
@@ -91,6 +91,11 @@ pub struct RegisteredPlugin {
     /// Set after `quarantine_after` failures in a row; cleared only by
     /// loading the file again (a new `RegisteredPlugin`).
     pub quarantined: AtomicBool,
+    /// Asynchronous evaluations of this version in this process.
+    pub evaluations: AtomicU64,
+    /// For a shadow plugin: evaluations whose verdict would have given the
+    /// item another status than the enforcing plugins did.
+    pub disagreements: AtomicU64,
 }
 
 impl RegisteredPlugin {
@@ -119,11 +124,30 @@ pub struct LoadFailure {
     pub at_ms: i64,
 }
 
-/// The loaded plugins.
+/// What a plugin file provided at the last scan.
+#[derive(Debug, Clone, PartialEq)]
+struct FileState {
+    /// sha256 of the component file and of its sidecar (if any).
+    digest: Digest,
+    sidecar: Option<Digest>,
+    /// The plugin it serves, if it loaded.
+    serves: Option<String>,
+}
+
+/// A file seen changing recently fails to load only once it has settled:
+/// a file still being written (no atomic rename) is retried, not reported.
+const SETTLE_MS: i64 = 50;
+/// A file that still does not load this long after its last change is reported.
+const SETTLE_TIMEOUT_MS: i64 = 5_000;
+
+/// The loaded plugins, in step with the plugin directory.
 pub struct Registry {
     engine: Arc<RuleEngine>,
     plugins: RwLock<Arc<Vec<Arc<RegisteredPlugin>>>>,
-    failures: RwLock<Vec<LoadFailure>>,
+    failures: RwLock<BTreeMap<PathBuf, LoadFailure>>,
+    /// Serialises directory scans (the watcher's and start-up's).
+    files: Mutex<BTreeMap<PathBuf, FileState>>,
+    events: Option<tokio::sync::mpsc::UnboundedSender<PluginEvent>>,
 }
 
 impl Registry {
@@ -131,8 +155,17 @@ impl Registry {
         Registry {
             engine,
             plugins: RwLock::new(Arc::new(Vec::new())),
-            failures: RwLock::new(Vec::new()),
+            failures: RwLock::new(BTreeMap::new()),
+            files: Mutex::new(BTreeMap::new()),
+            events: None,
         }
+    }
+
+    /// Reports every load, unload, quarantine and failure to `events`
+    /// (gavel writes them to `plugin_versions`).
+    pub fn with_events(mut self, events: tokio::sync::mpsc::UnboundedSender<PluginEvent>) -> Self {
+        self.events = Some(events);
+        self
     }
 
     pub fn engine(&self) -> &Arc<RuleEngine> {
@@ -144,68 +177,244 @@ impl Registry {
         self.plugins.read().expect("registry lock poisoned").clone()
     }
 
-    /// Files that failed to load at the last scan.
+    /// Files that currently fail to load (whatever served before keeps serving).
     pub fn failures(&self) -> Vec<LoadFailure> {
         self.failures
             .read()
             .expect("registry lock poisoned")
-            .clone()
+            .values()
+            .cloned()
+            .collect()
     }
 
-    /// Loads every `*.wasm` directly in `dir` (subdirectories are ignored),
-    /// with its sidecar, and swaps the whole set in. Blocking (compiles):
-    /// call from a blocking thread. A file that fails is reported, never fatal.
-    pub fn load_dir(&self, dir: &Path) -> std::io::Result<()> {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "wasm" || e == "cwasm"))
-            .collect();
-        files.sort();
-        let mut loaded: BTreeMap<String, Arc<RegisteredPlugin>> = BTreeMap::new();
-        let mut failures = Vec::new();
-        for path in files {
-            match self.load_one(&path) {
-                Ok(p) if loaded.contains_key(&p.plugin.info.name) => {
-                    let other = &loaded[&p.plugin.info.name].plugin.path;
-                    failures.push(self.failure(
-                        &path,
-                        format!(
-                            "plugin name {:?} is already loaded from {}; refused",
-                            p.plugin.info.name,
-                            other.display()
-                        ),
-                    ));
-                }
-                Ok(p) => {
-                    tracing::info!(
-                        plugin = %p.plugin.info.name, version = %p.plugin.info.version,
-                        digest = %p.plugin.stamp.digest, mode = p.mode.as_str(), path = %path.display(),
-                        "plugin loaded"
-                    );
-                    loaded.insert(p.plugin.info.name.clone(), Arc::new(p));
-                }
-                Err(error) => failures.push(self.failure(&path, error)),
-            }
+    fn emit(&self, event: PluginEvent) {
+        if let Some(tx) = &self.events {
+            let _ = tx.send(event);
         }
-        *self.plugins.write().expect("registry lock poisoned") =
-            Arc::new(loaded.into_values().collect());
-        *self.failures.write().expect("registry lock poisoned") = failures;
+    }
+
+    /// Called when `plugin` was just quarantined.
+    pub fn quarantined(&self, plugin: &RegisteredPlugin) {
+        self.emit(PluginEvent::Quarantined {
+            name: plugin.plugin.info.name.clone(),
+            digest: plugin.plugin.stamp.digest.to_hex(),
+            at: crate::store::now_ms(),
+        });
+    }
+
+    /// Loads the directory at start-up: [`Registry::sync_dir`] until every
+    /// file has settled (files still being written are waited for, up to the
+    /// settle timeout), so gavel starts serving with its plugins loaded.
+    pub fn load_dir(&self, dir: &Path) -> std::io::Result<()> {
+        let deadline =
+            std::time::Instant::now() + Duration::from_millis(SETTLE_TIMEOUT_MS as u64 * 2);
+        while self.sync_dir(dir)? && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(SETTLE_MS as u64));
+        }
         Ok(())
     }
 
-    fn failure(&self, path: &Path, error: String) -> LoadFailure {
-        tracing::error!(path = %path.display(), %error, "plugin not loaded");
-        LoadFailure {
-            path: path.to_path_buf(),
-            error,
-            at_ms: crate::store::now_ms(),
+    /// Brings the registry in step with `dir`: loads new and changed
+    /// `*.wasm` files (and sidecars) found directly in it (subdirectories are
+    /// ignored), unloads deleted ones, refuses precompiled `.cwasm` files.
+    /// A file that fails keeps the previous version of its plugin serving.
+    /// Blocking (compiles): call from a blocking thread. Returns `true` when
+    /// some file has not settled yet and the scan should run again shortly.
+    pub fn sync_dir(&self, dir: &Path) -> std::io::Result<bool> {
+        let mut files = self.files.lock().expect("registry lock poisoned");
+        let mut present = Vec::new();
+        let mut unsettled = false;
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+            if !path.is_file()
+                || !(ext == "wasm" || ext == "cwasm")
+                || file_name(&path).starts_with('.')
+            {
+                continue;
+            }
+            present.push(path.clone());
+            unsettled |= self.sync_file(&mut files, &path);
+        }
+        let gone: Vec<PathBuf> = files
+            .keys()
+            .filter(|p| !present.contains(p))
+            .cloned()
+            .collect();
+        for path in gone {
+            if let Some(state) = files.remove(&path)
+                && let Some(name) = state.serves
+            {
+                tracing::info!(plugin = %name, path = %path.display(), "plugin file deleted: unloaded");
+                self.swap(Some(&name), None);
+            }
+            self.failures
+                .write()
+                .expect("registry lock poisoned")
+                .remove(&path);
+        }
+        Ok(unsettled)
+    }
+
+    /// Loads one file if it changed; returns `true` if it has not settled.
+    fn sync_file(&self, files: &mut BTreeMap<PathBuf, FileState>, path: &Path) -> bool {
+        let now = crate::store::now_ms();
+        let modified_ms = std::fs::metadata(path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_millis() as i64);
+        let age = now - modified_ms;
+        let bytes = match read_limited(path, self.engine.limits().max_file_bytes) {
+            Ok(b) => b,
+            Err(error) => {
+                self.fail(path, None, error);
+                return false;
+            }
+        };
+        let digest = Digest::of(&bytes);
+        let sidecar = std::fs::read(path.with_extension("toml"))
+            .ok()
+            .map(|b| Digest::of(&b));
+        let previous = files.get(path).cloned();
+        if previous
+            .as_ref()
+            .is_some_and(|p| p.digest == digest && p.sidecar == sidecar)
+        {
+            return false;
+        }
+        if age < SETTLE_MS {
+            // Still being written, perhaps: look again once it is quiet.
+            return true;
+        }
+        let serves_before = previous.and_then(|p| p.serves);
+        match self.load_one(path, &bytes) {
+            Ok(p) => {
+                let name = p.plugin.info.name.clone();
+                let taken_by = files
+                    .iter()
+                    .find(|(other, st)| {
+                        other.as_path() != path && st.serves.as_deref() == Some(name.as_str())
+                    })
+                    .map(|(other, _)| other.clone());
+                if let Some(other) = taken_by {
+                    let error = format!(
+                        "plugin name {name:?} is already loaded from {}; refused",
+                        other.display()
+                    );
+                    self.fail(path, Some(digest), error);
+                    files.insert(
+                        path.to_path_buf(),
+                        FileState {
+                            digest,
+                            sidecar,
+                            serves: serves_before,
+                        },
+                    );
+                    return false;
+                }
+                tracing::info!(
+                    plugin = %name, version = %p.plugin.info.version, digest = %p.plugin.stamp.digest,
+                    mode = p.mode.as_str(), path = %path.display(), from_cache = p.plugin.from_cache,
+                    compile_ms = p.plugin.compile_time.as_millis() as u64, "rule.reload: plugin loaded"
+                );
+                if let Some(old) = serves_before.as_deref().filter(|old| *old != name) {
+                    self.swap(Some(old), None);
+                }
+                self.swap(Some(&name), Some(Arc::new(p)));
+                self.failures
+                    .write()
+                    .expect("registry lock poisoned")
+                    .remove(path);
+                files.insert(
+                    path.to_path_buf(),
+                    FileState {
+                        digest,
+                        sidecar,
+                        serves: Some(name),
+                    },
+                );
+                false
+            }
+            Err(error) if age < SETTLE_TIMEOUT_MS => {
+                tracing::debug!(path = %path.display(), %error, "plugin file not loadable yet; waiting for it to settle");
+                true
+            }
+            Err(error) => {
+                self.fail(path, Some(digest), error);
+                files.insert(
+                    path.to_path_buf(),
+                    FileState {
+                        digest,
+                        sidecar,
+                        serves: serves_before,
+                    },
+                );
+                false
+            }
         }
     }
 
-    fn load_one(&self, path: &Path) -> Result<RegisteredPlugin, String> {
+    /// Replaces (or removes) the plugin called `name`, atomically for readers.
+    fn swap(&self, name: Option<&str>, new: Option<Arc<RegisteredPlugin>>) {
+        let mut guard = self.plugins.write().expect("registry lock poisoned");
+        let mut next: Vec<Arc<RegisteredPlugin>> = guard.iter().cloned().collect();
+        let now = crate::store::now_ms();
+        if let Some(name) = name
+            && let Some(i) = next.iter().position(|p| p.plugin.info.name == name)
+        {
+            let old = next.remove(i);
+            self.emit(PluginEvent::Unloaded {
+                name: old.plugin.info.name.clone(),
+                digest: old.plugin.stamp.digest.to_hex(),
+                at: now,
+            });
+        }
+        if let Some(p) = new {
+            self.emit(PluginEvent::Loaded {
+                name: p.plugin.info.name.clone(),
+                version: p.plugin.info.version.clone(),
+                digest: p.plugin.stamp.digest.to_hex(),
+                path: p.plugin.path.display().to_string(),
+                mode: p.mode,
+                at: p.loaded_at_ms,
+            });
+            next.push(p);
+            next.sort_by(|a, b| a.plugin.info.name.cmp(&b.plugin.info.name));
+        }
+        *guard = Arc::new(next);
+    }
+
+    fn fail(&self, path: &Path, digest: Option<Digest>, error: String) {
+        let mut failures = self.failures.write().expect("registry lock poisoned");
+        if failures.get(path).is_some_and(|f| f.error == error) {
+            return;
+        }
+        tracing::error!(path = %path.display(), %error, "rule.reload: plugin not loaded; the previous version keeps serving");
+        let at = crate::store::now_ms();
+        self.emit(PluginEvent::Failed {
+            path: path.display().to_string(),
+            digest: digest.map(|d| d.to_hex()),
+            error: error.clone(),
+            at,
+        });
+        failures.insert(
+            path.to_path_buf(),
+            LoadFailure {
+                path: path.to_path_buf(),
+                error,
+                at_ms: at,
+            },
+        );
+    }
+
+    fn load_one(&self, path: &Path, bytes: &[u8]) -> Result<RegisteredPlugin, String> {
         let manifest = Manifest::for_component(path)?;
         let config = manifest.config_pairs()?;
-        let plugin = self.engine.load_file(path).map_err(|e| e.to_string())?;
+        let plugin = self
+            .engine
+            .load_bytes(path, bytes)
+            .map_err(|e| e.to_string())?;
         let limits = self.engine.limits();
         let memory_bytes = manifest.limits.memory_bytes.unwrap_or(limits.memory_bytes);
         if memory_bytes > super::MEMORY_CEILING_BYTES {
@@ -234,9 +443,41 @@ impl Registry {
             loaded_at_ms: crate::store::now_ms(),
             consecutive_failures: AtomicU32::new(0),
             quarantined: AtomicBool::new(false),
+            evaluations: AtomicU64::new(0),
+            disagreements: AtomicU64::new(0),
             plugin,
         })
     }
+
+    /// Unloads everything (process shutdown), recording it.
+    pub fn unload_all(&self) {
+        let names: Vec<String> = self
+            .plugins()
+            .iter()
+            .map(|p| p.plugin.info.name.clone())
+            .collect();
+        for name in names {
+            self.swap(Some(&name), None);
+        }
+    }
+}
+
+fn file_name(path: &Path) -> &str {
+    path.file_name().and_then(|n| n.to_str()).unwrap_or("")
+}
+
+/// Reads a file once, refusing it past `max` bytes (checked before reading).
+fn read_limited(path: &Path, max: u64) -> Result<Vec<u8>, String> {
+    if path.extension().is_some_and(|e| e == "cwasm") {
+        return Err(super::LoadErrorKind::Precompiled.to_string());
+    }
+    let size = std::fs::metadata(path)
+        .map_err(|e| format!("cannot read the file: {e}"))?
+        .len();
+    if size > max {
+        return Err(super::LoadErrorKind::TooLarge { size, max }.to_string());
+    }
+    std::fs::read(path).map_err(|e| format!("cannot read the file: {e}"))
 }
 
 #[cfg(test)]

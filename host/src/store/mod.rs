@@ -169,6 +169,8 @@ pub struct NewDecision {
     pub duration_us: i64,
     pub outcome: Outcome,
     pub error: Option<String>,
+    /// When the rule decided (stored as the decision's `created_at`).
+    pub decided_at: Millis,
 }
 
 /// A stored decision.
@@ -401,6 +403,57 @@ pub struct DeadLetter {
     pub replayed_at: Option<Millis>,
 }
 
+/// A change in which plugin code runs, recorded in `plugin_versions`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PluginEvent {
+    /// A file was loaded and now serves `name`.
+    Loaded {
+        name: String,
+        version: String,
+        digest: String,
+        path: String,
+        mode: Mode,
+        at: Millis,
+    },
+    /// `name` at `digest` stopped serving (replaced, deleted, or the process stopped).
+    Unloaded {
+        name: String,
+        digest: String,
+        at: Millis,
+    },
+    /// `name` at `digest` was quarantined after repeated failures.
+    Quarantined {
+        name: String,
+        digest: String,
+        at: Millis,
+    },
+    /// A file could not be loaded; whatever served before keeps serving.
+    Failed {
+        path: String,
+        digest: Option<String>,
+        error: String,
+        at: Millis,
+    },
+}
+
+/// One `plugin_versions` row.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct PluginVersionRecord {
+    pub id: i64,
+    /// The gavel process that loaded it (`host:pid`).
+    pub node: String,
+    pub name: Option<String>,
+    pub version: Option<String>,
+    pub digest: Option<String>,
+    pub path: String,
+    pub mode: Option<String>,
+    /// `active`, `retired`, `failed` or `quarantined`.
+    pub status: String,
+    pub error: Option<String>,
+    pub loaded_at: Millis,
+    pub unloaded_at: Option<Millis>,
+}
+
 /// A position in the review queue: (updated_at, id) of the last item seen.
 pub type ReviewCursor = (Millis, String);
 
@@ -497,6 +550,12 @@ pub trait ItemStore: Send + Sync + 'static {
 
     /// Dead letters, newest first; open ones only unless `all`.
     async fn dead_letters(&self, all: bool, limit: i64) -> StoreResult<Vec<DeadLetter>>;
+
+    /// Records a plugin load, unload, quarantine or failed load for `node`.
+    async fn record_plugin_event(&self, node: &str, event: &PluginEvent) -> StoreResult<()>;
+
+    /// `plugin_versions`, newest first.
+    async fn plugin_history(&self, limit: i64) -> StoreResult<Vec<PluginVersionRecord>>;
 
     /// Marks a dead letter replayed (and its item pending) and returns the
     /// item, which the caller queues; `None` if unknown or already replayed.

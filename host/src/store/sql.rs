@@ -124,6 +124,22 @@ pub(super) const DEAD_LETTERS_ALL: &str = "SELECT id, item_id, attempts, last_er
 
 pub(super) const DEAD_LETTER_REPLAY: &str = "UPDATE dead_letters SET replayed_at = $2 WHERE id = $1 AND replayed_at IS NULL RETURNING item_id";
 
+pub(super) const PLUGIN_LOADED: &str = "INSERT INTO plugin_versions (node, name, version, digest, path, mode, \
+     status, loaded_at) VALUES ($1, $2, $3, $4, $5, $6, 'active', $7)";
+
+pub(super) const PLUGIN_UNLOADED: &str = "UPDATE plugin_versions SET status = CASE WHEN status = 'quarantined' \
+     THEN status ELSE 'retired' END, unloaded_at = $4 \
+     WHERE node = $1 AND name = $2 AND digest = $3 AND unloaded_at IS NULL AND status <> 'failed'";
+
+pub(super) const PLUGIN_QUARANTINED: &str = "UPDATE plugin_versions SET status = 'quarantined' \
+     WHERE node = $1 AND name = $2 AND digest = $3 AND unloaded_at IS NULL AND status = 'active'";
+
+pub(super) const PLUGIN_FAILED: &str = "INSERT INTO plugin_versions (node, digest, path, status, error, loaded_at, \
+     unloaded_at) VALUES ($1, $2, $3, 'failed', $4, $5, $5)";
+
+pub(super) const PLUGIN_HISTORY: &str = "SELECT id, node, name, version, digest, path, mode, status, error, \
+     loaded_at, unloaded_at FROM plugin_versions ORDER BY id DESC LIMIT $1";
+
 pub(super) const ITEM_BY_ID: &str = "WHERE id = $1";
 
 pub(super) const REVIEW_FIRST: &str =
@@ -234,7 +250,6 @@ macro_rules! impl_store {
             item_id: &str,
             item_version: i64,
             decisions: &[NewDecision],
-            now: Millis,
         ) -> StoreResult<()> {
             for d in decisions {
                 let labels =
@@ -255,7 +270,7 @@ macro_rules! impl_store {
                     .bind(d.duration_us)
                     .bind(d.outcome.as_str())
                     .bind(d.error.as_deref())
-                    .bind(now)
+                    .bind(d.decided_at)
                     .execute(&mut **tx)
                     .await?;
             }
@@ -413,7 +428,7 @@ macro_rules! impl_store {
                     item.now,
                 )
                 .await?;
-                insert_decisions(&mut tx, &item.id, 1, decisions, item.now).await?;
+                insert_decisions(&mut tx, &item.id, 1, decisions).await?;
                 if let Some(r) = response {
                     sqlx::query(IDEMPOTENCY_DONE)
                         .bind(&r.scope)
@@ -692,8 +707,7 @@ macro_rules! impl_store {
                     tx.rollback().await?;
                     return Ok(outcome);
                 }
-                insert_decisions(&mut tx, &c.item_id, c.snapshot_version, &c.decisions, c.now)
-                    .await?;
+                insert_decisions(&mut tx, &c.item_id, c.snapshot_version, &c.decisions).await?;
                 tx.commit().await?;
                 Ok(outcome)
             }
@@ -767,6 +781,94 @@ macro_rules! impl_store {
                         },
                     )
                     .collect())
+            }
+
+            async fn record_plugin_event(
+                &self,
+                node: &str,
+                event: &PluginEvent,
+            ) -> StoreResult<()> {
+                let $s = self;
+                let mut tx = $begin.await?;
+                match event {
+                    PluginEvent::Loaded {
+                        name,
+                        version,
+                        digest,
+                        path,
+                        mode,
+                        at,
+                    } => {
+                        sqlx::query(PLUGIN_LOADED)
+                            .bind(node)
+                            .bind(name)
+                            .bind(version)
+                            .bind(digest)
+                            .bind(path)
+                            .bind(mode.as_str())
+                            .bind(*at)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    PluginEvent::Unloaded { name, digest, at } => {
+                        sqlx::query(PLUGIN_UNLOADED)
+                            .bind(node)
+                            .bind(name)
+                            .bind(digest)
+                            .bind(*at)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    PluginEvent::Quarantined { name, digest, .. } => {
+                        sqlx::query(PLUGIN_QUARANTINED)
+                            .bind(node)
+                            .bind(name)
+                            .bind(digest)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    PluginEvent::Failed {
+                        path,
+                        digest,
+                        error,
+                        at,
+                    } => {
+                        sqlx::query(PLUGIN_FAILED)
+                            .bind(node)
+                            .bind(digest.as_deref())
+                            .bind(path)
+                            .bind(error)
+                            .bind(*at)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn plugin_history(&self, limit: i64) -> StoreResult<Vec<PluginVersionRecord>> {
+                let rows = sqlx::query(PLUGIN_HISTORY)
+                    .bind(limit)
+                    .fetch_all(&self.read)
+                    .await?;
+                rows.iter()
+                    .map(|r| {
+                        Ok(PluginVersionRecord {
+                            id: r.try_get("id")?,
+                            node: r.try_get("node")?,
+                            name: r.try_get("name")?,
+                            version: r.try_get("version")?,
+                            digest: r.try_get("digest")?,
+                            path: r.try_get("path")?,
+                            mode: r.try_get("mode")?,
+                            status: r.try_get("status")?,
+                            error: r.try_get("error")?,
+                            loaded_at: r.try_get("loaded_at")?,
+                            unloaded_at: r.try_get("unloaded_at")?,
+                        })
+                    })
+                    .collect()
             }
 
             async fn replay_dead_letter(

@@ -1,0 +1,520 @@
+//! Hot reload and provenance against the real server (RELIABILITY.md W5,
+//! W6, W7): swaps under load, bad files, partial writes, the compilation
+//! cache, shadow mode, deletion.
+
+use gavel_tests::servers::{Backend, TestServer};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// `wasm` with a custom section appended: a valid component with the same
+/// behaviour and version, and a different digest.
+fn variant(wasm: &[u8], n: u32) -> Vec<u8> {
+    fn leb(mut v: u32, out: &mut Vec<u8>) {
+        loop {
+            let byte = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let name = b"gavel-test-variant";
+    let mut payload = Vec::new();
+    leb(name.len() as u32, &mut payload);
+    payload.extend_from_slice(name);
+    payload.extend_from_slice(&n.to_le_bytes());
+    let mut out = wasm.to_vec();
+    out.push(0);
+    leb(payload.len() as u32, &mut out);
+    out.extend_from_slice(&payload);
+    out
+}
+
+/// Deploys the recommended way: write under another name, then rename.
+fn deploy(dir: &Path, name: &str, bytes: &[u8]) {
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, bytes).unwrap();
+    std::fs::rename(&tmp, dir.join(name)).unwrap();
+}
+
+async fn plugins(s: &TestServer) -> Value {
+    s.get("/v1/plugins", &s.moderator)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+fn plugin<'a>(list: &'a Value, name: &str) -> Option<&'a Value> {
+    list["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+}
+
+async fn wait_until(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn submit(s: &TestServer, author: &str, text: &str) -> String {
+    let r: Value = s
+        .post("/v1/items", &s.client)
+        .json(&json!({"kind": "post", "author": author, "text": text}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    r["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"))
+        .to_string()
+}
+
+/// W7: 100 hot swaps of one plugin during steady load: 0 errors, and every
+/// decision names a version and digest that was loaded when it was made.
+async fn hot_swaps_under_load_stamp_every_decision_with_loaded_code(backend: Backend) {
+    let s = TestServer::start(backend).await;
+    let dir = s.config.plugin_dir.clone();
+    let original = std::fs::read(gavel_tests::guests::FLAG_RATIO).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = {
+        let (http, url, token, stop) = (
+            s.http.clone(),
+            s.url.clone(),
+            s.client.clone(),
+            stop.clone(),
+        );
+        tokio::spawn(async move {
+            let mut tasks = tokio::task::JoinSet::new();
+            for lane in 0..4 {
+                let (http, url, token, stop) =
+                    (http.clone(), url.clone(), token.clone(), stop.clone());
+                tasks.spawn(async move {
+                    let mut ids = Vec::new();
+                    let mut i = 0;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let r = http
+                            .post(format!("{url}/v1/items"))
+                            .bearer_auth(&token)
+                            .json(&json!({"kind": "post", "author": format!("a{lane}-{i}"), "text": format!("steady load {lane} {i}")}))
+                            .send()
+                            .await
+                            .unwrap();
+                        assert_eq!(r.status(), 202);
+                        ids.push(r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string());
+                        i += 1;
+                        tokio::time::sleep(Duration::from_millis(60)).await;
+                    }
+                    ids
+                });
+            }
+            tasks
+                .join_all()
+                .await
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+        })
+    };
+    for n in 0..100 {
+        deploy(&dir, "flag-ratio.wasm", &variant(&original, n));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let ids = load.await.unwrap();
+    let mut digests = std::collections::HashSet::new();
+    for id in &ids {
+        let item = s
+            .wait_for(id, |i| {
+                i["needs_eval_since"].is_null() && i["status"] != "pending_scan"
+            })
+            .await;
+        for d in item["decisions"].as_array().unwrap() {
+            assert_eq!(d["outcome"], "ok", "{d}");
+            if d["plugin"] == "flag-ratio" {
+                digests.insert(d["plugin_digest"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    assert!(
+        digests.len() >= 20,
+        "only {} versions of flag-ratio decided anything",
+        digests.len()
+    );
+    // Provenance, with SQL: each decision falls inside a load interval of its exact digest.
+    let url = s.config.database_url.clone().unwrap();
+    let store = gavel::store::open(&url, 2).await.unwrap();
+    let history = store.plugin_history(100_000).await.unwrap();
+    assert!(
+        history
+            .iter()
+            .filter(|h| h.name.as_deref() == Some("flag-ratio"))
+            .count()
+            >= digests.len()
+    );
+    let mut checked = 0;
+    for id in &ids {
+        let details = store.item_details(id).await.unwrap().unwrap();
+        for d in details
+            .decisions
+            .iter()
+            .filter(|d| d.plugin == "flag-ratio")
+        {
+            let loaded = history.iter().filter(|h| {
+                h.name.as_deref() == Some("flag-ratio")
+                    && h.digest.as_deref() == Some(d.plugin_digest.as_str())
+                    && h.version.as_deref() == Some(d.plugin_version.as_str())
+                    && h.loaded_at <= d.created_at
+                    && h.unloaded_at.is_none_or(|u| d.created_at <= u)
+            });
+            assert_eq!(
+                loaded.count(),
+                1,
+                "decision {} of {} at {} matches no single loaded version",
+                d.id,
+                d.plugin_digest,
+                d.created_at
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= ids.len());
+    s.stop().await.unwrap();
+}
+
+/// W5: bad files never replace a working plugin; the error names the file
+/// and the reason and is listed in /v1/plugins; a `.cwasm` is never loaded;
+/// a second file declaring the same name is refused; deleting unloads.
+async fn bad_files_keep_the_previous_version_serving(backend: Backend) {
+    let s = TestServer::start(backend).await;
+    let dir = s.config.plugin_dir.clone();
+    let good = plugin(&plugins(&s).await, "link-spam").unwrap()["digest"].clone();
+    let original = std::fs::read(gavel_tests::guests::LINK_SPAM).unwrap();
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "link-spam.wasm",
+            b"random bytes, not wasm at all".to_vec(),
+            "not a WebAssembly file",
+        ),
+        (
+            "link-spam.wasm",
+            original[..original.len() / 2].to_vec(),
+            "does not compile",
+        ),
+        (
+            "link-spam.wasm",
+            std::fs::read(gavel_tests::guests::WRONG_WORLD).unwrap(),
+            "gavel:rules/rule",
+        ),
+        (
+            "link-spam.wasm",
+            b"\0asm\x01\0\0\0".to_vec(),
+            "core WebAssembly module",
+        ),
+    ];
+    for (name, bytes, reason) in cases {
+        deploy(&dir, name, &bytes);
+        wait_until(reason, async || {
+            plugins(&s).await["failures"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["error"].as_str().unwrap().contains(reason))
+        })
+        .await;
+        let list = plugins(&s).await;
+        assert_eq!(
+            plugin(&list, "link-spam").unwrap()["digest"],
+            good,
+            "the previous version keeps serving"
+        );
+        let failure = list["failures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["error"].as_str().unwrap().contains(reason))
+            .unwrap();
+        assert!(failure["path"].as_str().unwrap().ends_with(name));
+        // And it still decides.
+        let id = submit(
+            &s,
+            "w5",
+            "http://a.example http://b.example http://c.example http://d.example",
+        )
+        .await;
+        let item = s
+            .wait_for(&id, |i| {
+                i["needs_eval_since"].is_null() && i["status"] != "pending_scan"
+            })
+            .await;
+        assert_eq!(item["status"], "held_for_review");
+    }
+    // An oversized file.
+    let mut big = original.clone();
+    big.resize(s.config.limits.max_file_bytes as usize + 1, 0);
+    deploy(&dir, "link-spam.wasm", &big);
+    wait_until("oversized", async || {
+        plugins(&s).await["failures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["error"].as_str().unwrap().contains("over the limit"))
+    })
+    .await;
+    // Precompiled native code for this very engine: refused, never loaded.
+    let engine = gavel_tests::engine();
+    deploy(
+        &dir,
+        "native.cwasm",
+        &engine.engine().precompile_component(&original).unwrap(),
+    );
+    wait_until("cwasm refused", async || {
+        plugins(&s).await["failures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["path"].as_str().unwrap().ends_with("native.cwasm"))
+    })
+    .await;
+    // A second file with the same plugin name.
+    deploy(
+        &dir,
+        "copy-of-flag-ratio.wasm",
+        &variant(&std::fs::read(gavel_tests::guests::FLAG_RATIO).unwrap(), 1),
+    );
+    wait_until("duplicate name refused", async || {
+        plugins(&s).await["failures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["error"].as_str().unwrap().contains("already loaded"))
+    })
+    .await;
+    // Fix the file: the new version loads. Delete it: the plugin is unloaded.
+    deploy(&dir, "link-spam.wasm", &variant(&original, 7));
+    wait_until("fixed file loads", async || {
+        plugin(&plugins(&s).await, "link-spam").is_some_and(|p| p["digest"] != good)
+    })
+    .await;
+    std::fs::remove_file(dir.join("link-spam.wasm")).unwrap();
+    wait_until("deleted file unloads", async || {
+        plugin(&plugins(&s).await, "link-spam").is_none()
+    })
+    .await;
+    let history: Vec<Value> = s
+        .get("/v1/plugins/history", &s.moderator)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        history
+            .iter()
+            .any(|h| h["status"] == "failed"
+                && h["path"].as_str().unwrap().ends_with("native.cwasm"))
+    );
+    assert!(history.iter().any(|h| h["name"] == "link-spam"
+        && h["status"] == "retired"
+        && !h["unloaded_at"].is_null()));
+    s.stop().await.unwrap();
+}
+
+/// W6: a component written in small chunks with pauses (no rename) is never
+/// evaluated half-written.
+async fn a_file_written_in_chunks_is_never_run_half_written(backend: Backend) {
+    let s = TestServer::start(backend).await;
+    let dir = s.config.plugin_dir.clone();
+    let bytes = variant(
+        &std::fs::read(gavel_tests::guests::DUPLICATE_BURST).unwrap(),
+        42,
+    );
+    let final_digest = gavel::rules::Digest::of(&bytes).to_hex();
+    let load = {
+        let (http, url, token) = (s.http.clone(), s.url.clone(), s.client.clone());
+        tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for i in 0..40 {
+                let r: Value = http
+                    .post(format!("{url}/v1/items"))
+                    .bearer_auth(&token)
+                    .json(&json!({"kind": "post", "author": format!("w6-{i}"), "text": "chunked"}))
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                ids.push(r["id"].as_str().unwrap().to_string());
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            ids
+        })
+    };
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(dir.join("duplicate-burst.wasm")).unwrap();
+        for chunk in bytes.chunks(8 << 10) {
+            f.write_all(chunk).unwrap();
+            f.flush().unwrap();
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+    }
+    let ids = load.await.unwrap();
+    wait_until("the final file loads", async || {
+        plugin(&plugins(&s).await, "duplicate-burst").is_some_and(|p| p["digest"] == final_digest)
+    })
+    .await;
+    let original =
+        gavel::rules::Digest::of(&std::fs::read(gavel_tests::guests::DUPLICATE_BURST).unwrap())
+            .to_hex();
+    for id in &ids {
+        let item = s
+            .wait_for(id, |i| {
+                i["needs_eval_since"].is_null() && i["status"] != "pending_scan"
+            })
+            .await;
+        for d in item["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["plugin"] == "duplicate-burst")
+        {
+            let digest = d["plugin_digest"].as_str().unwrap();
+            assert!(
+                digest == original || digest == final_digest,
+                "a decision by a partial file: {d}"
+            );
+        }
+    }
+    s.stop().await.unwrap();
+}
+
+/// The compilation cache: a restart loads every known digest from it.
+async fn a_restart_loads_compiled_code_from_the_cache(backend: Backend) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_path_buf();
+    let db = gavel_tests::servers::database_url(backend, &root).await;
+    let s = TestServer::start_in(dir, backend, |c| c.database_url = Some(db.clone())).await;
+    let first = plugins(&s).await;
+    assert!(
+        first["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["from_cache"] == false),
+        "a fresh data dir has no cache"
+    );
+    let (config, dir) = s.stop_keeping_dir().await;
+    let s = TestServer::start_in(dir, backend, |c| *c = config).await;
+    let second = plugins(&s).await;
+    let list = second["plugins"].as_array().unwrap();
+    assert_eq!(list.len(), 4);
+    assert!(list.iter().all(|p| p["from_cache"] == true), "{second:#}");
+    s.stop().await.unwrap();
+}
+
+/// Shadow mode: a stricter rule on trial is evaluated on live traffic, its
+/// decisions recorded with `applied = false`, never a status change, and its
+/// disagreement with the enforced outcome counted. Changing only the sidecar
+/// reloads the settings (here: from shadow to enforce).
+async fn a_shadow_plugin_never_changes_a_status(backend: Backend) {
+    let s = TestServer::start_with(backend, |c| {
+        std::fs::copy(
+            gavel_tests::guests::MISBEHAVE,
+            c.plugin_dir.join("strict.wasm"),
+        )
+        .unwrap();
+        std::fs::write(
+            c.plugin_dir.join("strict.toml"),
+            "mode = \"shadow\"\n[config]\nmode = \"verdict\"\nverdict = \"reject\"\n",
+        )
+        .unwrap();
+    })
+    .await;
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        ids.push(submit(&s, &format!("shadow-{i}"), "a perfectly fine post").await);
+    }
+    for id in &ids {
+        let item = s
+            .wait_for(id, |i| {
+                i["needs_eval_since"].is_null() && i["status"] != "pending_scan"
+            })
+            .await;
+        assert_eq!(
+            item["status"], "visible",
+            "a shadow plugin never changes a status"
+        );
+        let shadow: Vec<&Value> = item["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["plugin"] == "misbehave")
+            .collect();
+        assert_eq!(shadow.len(), 1);
+        assert_eq!(shadow[0]["mode"], "shadow");
+        assert_eq!(shadow[0]["verdict"], "reject");
+        assert_eq!(shadow[0]["applied"], false);
+    }
+    let list = plugins(&s).await;
+    let strict = plugin(&list, "misbehave").unwrap();
+    assert_eq!(strict["mode"], "shadow");
+    assert_eq!(strict["shadow_disagreements"], 5, "{strict}");
+    // Promote it by editing only the sidecar: new content is now rejected.
+    std::fs::write(
+        s.config.plugin_dir.join("strict.toml"),
+        "mode = \"enforce\"\n[config]\nmode = \"verdict\"\nverdict = \"reject\"\n",
+    )
+    .unwrap();
+    wait_until("sidecar reload", async || {
+        plugin(&plugins(&s).await, "misbehave").is_some_and(|p| p["mode"] == "enforce")
+    })
+    .await;
+    let id = submit(&s, "after-promotion", "a perfectly fine post").await;
+    let item = s
+        .wait_for(&id, |i| {
+            i["needs_eval_since"].is_null() && i["status"] != "pending_scan"
+        })
+        .await;
+    assert_eq!(item["status"], "rejected");
+    s.stop().await.unwrap();
+}
+
+macro_rules! on {
+    ($backend:ident: $($test:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $test() {
+                super::$test(super::Backend::$backend).await
+            }
+        )*
+    };
+}
+
+mod sqlite {
+    on!(Sqlite:
+        hot_swaps_under_load_stamp_every_decision_with_loaded_code,
+        bad_files_keep_the_previous_version_serving,
+        a_file_written_in_chunks_is_never_run_half_written,
+        a_restart_loads_compiled_code_from_the_cache,
+        a_shadow_plugin_never_changes_a_status,
+    );
+}
+
+mod postgres {
+    on!(Postgres: hot_swaps_under_load_stamp_every_decision_with_loaded_code);
+}
