@@ -18,6 +18,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use tracing::Instrument;
 use std::collections::BTreeMap;
 use utoipa::ToSchema;
 
@@ -265,32 +266,34 @@ pub async fn submit(
     }
     let key = idempotency_key(&headers)?;
     let correlation_id = request_id(&headers);
-    let span = tracing::info_span!("item.submit", client = %caller.name, idempotency_key = key.as_deref().unwrap_or(""));
-    let _enter = span.enter();
+    let span = tracing::info_span!(
+        "item.submit",
+        client = %caller.name,
+        idempotency_key = key.as_deref().unwrap_or(""),
+        request_id = %correlation_id
+    );
+    async move {
+        rate_limited(&state.client_limiter, caller.name.clone())?;
 
-    rate_limited(&state.client_limiter, caller.name.clone())?;
-
-    if let Some(key) = &key
-        && let Err(response) = claim_key(
-            &state,
-            &caller.name,
-            key,
-            request_hash("POST /v1/items", &req),
-        )
-        .await
-    {
-        return Ok(response);
+        if let Some(key) = &key
+            && let Err(response) =
+                claim_key(&state, &caller.name, key, request_hash("POST /v1/items", &req)).await
+        {
+            return Ok(response);
+        }
+        // After the key claim: retries of one submission are not an author posting more.
+        let author = format!("{}\u{0}{}", caller.name, req.author);
+        let result = match rate_limited(&state.author_limiter, author) {
+            Ok(()) => create(&state, &caller, &req, key.as_deref(), correlation_id).await,
+            Err(e) => Err(e),
+        };
+        if result.is_err() {
+            release_key(&state, &caller.name, key.as_deref()).await;
+        }
+        result
     }
-    // After the key claim: retries of one submission are not an author posting more.
-    let author = format!("{}\u{0}{}", caller.name, req.author);
-    let result = match rate_limited(&state.author_limiter, author) {
-        Ok(()) => create(&state, &caller, &req, key.as_deref(), correlation_id).await,
-        Err(e) => Err(e),
-    };
-    if result.is_err() {
-        release_key(&state, &caller.name, key.as_deref()).await;
-    }
-    result
+    .instrument(span)
+    .await
 }
 
 async fn create(

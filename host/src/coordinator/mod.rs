@@ -158,7 +158,7 @@ mod tests {
         assert_eq!(fire_time(None, 0, 0, SLIDING), 250);
         assert_eq!(fire_time(Some(250), 0, 200, SLIDING), 450);
         assert_eq!(
-            fire_time(Some(900), 0, 900, SLIDING),
+            fire_time(Some(950), 0, 900, SLIDING),
             1000,
             "capped at first + max_wait"
         );
