@@ -164,6 +164,51 @@ async fn submitted_items_settle_with_stamped_decisions(s: TestServer) {
     s.stop().await.unwrap();
 }
 
+/// The same normalised text from one author `duplicate_hold_at` times in
+/// the window is held at submission (not rejected); other authors are not.
+async fn duplicate_text_from_one_author_is_held(s: TestServer) {
+    let hold_at = s.config.ingest.duplicate_hold_at as usize;
+    let variants = [
+        "Buy cheap pills NOW",
+        "buy cheap pills now!",
+        "BUY  cheap pills, now.",
+        "buy cheap pills now",
+        "Buy cheap pills now!!",
+        "buy, cheap, pills now",
+    ];
+    let mut statuses = Vec::new();
+    for text in variants.iter().take(hold_at) {
+        let r: Value = s
+            .post("/v1/items", &s.client)
+            .json(&json!({"kind": "post", "author": "copypaste", "text": text}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        statuses.push(r["status"].as_str().unwrap().to_string());
+    }
+    assert!(
+        statuses[..hold_at - 1]
+            .iter()
+            .all(|st| st == "pending_scan"),
+        "{statuses:?}"
+    );
+    assert_eq!(statuses[hold_at - 1], "held_for_review", "{statuses:?}");
+    let other: Value = s
+        .post("/v1/items", &s.client)
+        .json(&json!({"kind": "post", "author": "someone-else", "text": "buy cheap pills now"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(other["status"], "pending_scan");
+    s.stop().await.unwrap();
+}
+
 /// I1: 50 concurrent POSTs with one key and body, 100 rounds: one item per
 /// round; every reply is the original 202 (identical body) or 409.
 async fn concurrent_retries_with_one_key_create_one_item(s: TestServer) {
@@ -531,4 +576,5 @@ api_suite!(
     bad_input_gets_a_clear_4xx,
     huge_chunked_body_is_refused_with_413,
     moderator_routes_refuse_other_callers,
+    duplicate_text_from_one_author_is_held,
 );

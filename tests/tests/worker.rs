@@ -475,6 +475,66 @@ async fn a_trapping_plugin_is_recorded_then_quarantined(backend: Backend) {
     s.stop().await.unwrap();
 }
 
+/// Backpressure: when evaluation falls behind (here: an api-only process,
+/// nothing evaluates), new submissions are held for review at once
+/// (degraded mode) instead of appearing unjudged.
+async fn a_lagging_queue_holds_new_submissions(backend: Backend) {
+    let s = TestServer::start_with(backend, |c| {
+        coordinator_for(backend, c, "lag");
+        c.role = gavel::config::ServeRole::Api;
+        c.evaluation.degraded_lag_ms = 300;
+    })
+    .await;
+    let first = submit(&s, "early", "judged some day").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r: Value = s
+            .post("/v1/items", &s.client)
+            .json(&json!({"kind": "post", "author": "late", "text": format!("while behind {}", uuid_ish())}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if r["status"] == "held_for_review" {
+            let item: Value = s
+                .get(
+                    &format!("/v1/items/{}", r["id"].as_str().unwrap()),
+                    &s.moderator,
+                )
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            assert_eq!(item["transitions"][0]["cause"], "degraded");
+            assert!(
+                !item["needs_eval_since"].is_null(),
+                "still judged when the queue catches up"
+            );
+            break;
+        }
+        assert_eq!(r["status"], "pending_scan");
+        assert!(Instant::now() < deadline, "never entered degraded mode");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let item: Value = s
+        .get(&format!("/v1/items/{first}"), &s.moderator)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        item["status"], "pending_scan",
+        "an api-only process evaluates nothing"
+    );
+    s.stop().await.unwrap();
+}
+
 macro_rules! on {
     ($backend:ident: $($test:ident),* $(,)?) => {
         $(
@@ -493,6 +553,7 @@ mod sqlite_embedded {
         a_lost_lease_never_applies_twice,
         host_failures_are_retried_then_dead_lettered_and_replayable,
         a_trapping_plugin_is_recorded_then_quarantined,
+        a_lagging_queue_holds_new_submissions,
     );
 }
 

@@ -18,8 +18,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use tracing::Instrument;
 use std::collections::BTreeMap;
+use tracing::Instrument;
 use utoipa::ToSchema;
 
 /// A submission.
@@ -276,8 +276,13 @@ pub async fn submit(
         rate_limited(&state.client_limiter, caller.name.clone())?;
 
         if let Some(key) = &key
-            && let Err(response) =
-                claim_key(&state, &caller.name, key, request_hash("POST /v1/items", &req)).await
+            && let Err(response) = claim_key(
+                &state,
+                &caller.name,
+                key,
+                request_hash("POST /v1/items", &req),
+            )
+            .await
         {
             return Ok(response);
         }
