@@ -11,31 +11,19 @@ fn main() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
 
     let mut guests = Vec::new();
-    for manifest in [
-        root.join("plugins/Cargo.toml"),
-        tests_dir.join("fixtures/Cargo.toml"),
-    ] {
-        guests.extend(
-            build_rust_guests(&cargo, &manifest, &target).unwrap_or_else(|e| panic!("{e}")),
-        );
+    for manifest in [root.join("plugins/Cargo.toml"), tests_dir.join("fixtures/Cargo.toml")] {
+        guests.extend(build_rust_guests(&cargo, &manifest, &target).unwrap_or_else(|e| panic!("{e}")));
     }
     let python = root.join("plugins/python/shouting");
     guests.push(
-        build_python_guest(
-            &python,
-            &root.join("wit"),
-            &target.join("python/shouting.wasm"),
-        )
-        .unwrap_or_else(|e| panic!("{e}")),
+        build_python_guest(&python, &root.join("wit"), &target.join("python/shouting.wasm"))
+            .unwrap_or_else(|e| panic!("{e}")),
     );
 
     let mut consts = String::new();
     for g in &guests {
         let ident = g.name.to_uppercase().replace('-', "_");
-        consts += &format!(
-            "pub const {ident}: &str = {:?};\n",
-            g.wasm.display().to_string()
-        );
+        consts += &format!("pub const {ident}: &str = {:?};\n", g.wasm.display().to_string());
     }
     std::fs::write(
         PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("guests.rs"),

@@ -1,8 +1,6 @@
 //! The `gavel` command line.
 
-use crate::rules::{
-    Evaluation, LoadedPlugin, Outcome, RuleEngine, RuntimeLimits, fit_snapshot, snapshot_from_spec,
-};
+use crate::rules::{Evaluation, LoadedPlugin, Outcome, RuleEngine, RuntimeLimits, fit_snapshot, snapshot_from_spec};
 use crate::telemetry::LogFormat;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -126,20 +124,13 @@ fn run_plugin(cmd: PluginCommand) -> anyhow::Result<ExitCode> {
             println!("sample:      {}", describe(&evaluation));
             Ok(exit_for(&evaluation))
         }
-        PluginCommand::Eval {
-            file,
-            snapshot,
-            config,
-        } => {
+        PluginCommand::Eval { file, snapshot, config } => {
             let plugin = engine.load_file(&file)?;
             let json = match snapshot.strip_prefix('@') {
-                Some(path) => {
-                    std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?
-                }
+                Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?,
                 None => snapshot,
             };
-            let mut spec: SnapshotSpec =
-                serde_json::from_str(&json).context("parsing --snapshot")?;
+            let mut spec: SnapshotSpec = serde_json::from_str(&json).context("parsing --snapshot")?;
             spec.config.extend(config);
             let evaluation = evaluate_spec(&engine, &plugin, &spec);
             println!("{}", serde_json::to_string_pretty(&evaluation)?);
@@ -151,11 +142,7 @@ fn run_plugin(cmd: PluginCommand) -> anyhow::Result<ExitCode> {
 
 fn print_info(plugin: &LoadedPlugin) {
     let phases: Vec<&str> = plugin.info.phases.iter().map(|p| p.as_str()).collect();
-    println!(
-        "file:        {} ({} bytes)",
-        plugin.path.display(),
-        plugin.size
-    );
+    println!("file:        {} ({} bytes)", plugin.path.display(), plugin.size);
     println!("name:        {}", plugin.info.name);
     println!("version:     {}", plugin.info.version);
     println!("description: {}", plugin.info.description);
@@ -201,8 +188,7 @@ fn exit_for(e: &Evaluation) -> ExitCode {
 
 fn run_cases(engine: &RuleEngine, file: &Path, cases: &Path) -> anyhow::Result<ExitCode> {
     let plugin = engine.load_file(file)?;
-    let json =
-        std::fs::read_to_string(cases).with_context(|| format!("reading {}", cases.display()))?;
+    let json = std::fs::read_to_string(cases).with_context(|| format!("reading {}", cases.display()))?;
     let cases = parse_cases(&json).with_context(|| format!("parsing {}", file.display()))?;
     println!(
         "{} {} (sha256:{})",
@@ -233,10 +219,7 @@ fn run_cases(engine: &RuleEngine, file: &Path, cases: &Path) -> anyhow::Result<E
     })
 }
 
-async fn run_dead_letters(
-    config: crate::config::Config,
-    cmd: DeadLetterCommand,
-) -> anyhow::Result<ExitCode> {
+async fn run_dead_letters(config: crate::config::Config, cmd: DeadLetterCommand) -> anyhow::Result<ExitCode> {
     let store = crate::store::open(&config.database_url(), 2).await?;
     match cmd {
         DeadLetterCommand::List { all } => {
@@ -248,8 +231,7 @@ async fn run_dead_letters(
                     d.item_id,
                     d.attempts,
                     d.failed_at,
-                    d.replayed_at
-                        .map_or_else(|| "-".to_string(), |t| t.to_string()),
+                    d.replayed_at.map_or_else(|| "-".to_string(), |t| t.to_string()),
                     d.last_error
                 );
             }
@@ -262,8 +244,7 @@ async fn run_dead_letters(
                     // With Redis, queue it now; the embedded coordinator lives in
                     // the serving process, whose reconciler picks the item up.
                     if let Some(url) = &config.redis_url {
-                        let coordinator =
-                            crate::coordinator::open(Some(url), &config.redis_prefix).await?;
+                        let coordinator = crate::coordinator::open(Some(url), &config.redis_prefix).await?;
                         coordinator
                             .schedule(
                                 &item,

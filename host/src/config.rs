@@ -269,10 +269,7 @@ impl EvaluationConfig {
     /// The longest an item may wait in the queue by design: the reconciler
     /// re-queues items pending longer than this plus the grace.
     pub fn longest_wait_ms(&self) -> i64 {
-        let kinds = self
-            .kinds
-            .values()
-            .filter_map(|o| o.max_wait_ms.or(o.window_ms));
+        let kinds = self.kinds.values().filter_map(|o| o.max_wait_ms.or(o.window_ms));
         kinds
             .chain([self.debounce.max_wait_ms, self.debounce.window_ms])
             .max()
@@ -318,19 +315,11 @@ impl Config {
     pub fn load(flags: &ServeFlags) -> anyhow::Result<Config> {
         let mut figment = Figment::from(Serialized::defaults(Config::default()));
         if let Some(path) = &flags.config {
-            anyhow::ensure!(
-                path.exists(),
-                "config file {} does not exist",
-                path.display()
-            );
+            anyhow::ensure!(path.exists(), "config file {} does not exist", path.display());
             figment = figment.merge(Toml::file(path));
         }
         let config: Config = figment
-            .merge(
-                Env::prefixed("GAVEL_")
-                    .split("__")
-                    .ignore(&["config", "log_format"]),
-            )
+            .merge(Env::prefixed("GAVEL_").split("__").ignore(&["config", "log_format"]))
             .merge(Serialized::defaults(flags))
             .extract()
             .map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
@@ -389,8 +378,7 @@ struct TokensFile {
 
 fn read_tokens_file(path: &Path) -> anyhow::Result<Vec<TokenConfig>> {
     let text = std::fs::read_to_string(path)?;
-    let file: TokensFile =
-        toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let file: TokensFile = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     anyhow::ensure!(!file.tokens.is_empty(), "{} lists no token", path.display());
     Ok(file.tokens)
 }
@@ -413,11 +401,7 @@ fn write_tokens_file(path: &Path, tokens: &[TokenConfig]) -> anyhow::Result<()> 
 
 /// A random bearer token (256 bits from the OS generator).
 pub fn new_token() -> String {
-    format!(
-        "gvl_{}{}",
-        uuid::Uuid::new_v4().simple(),
-        uuid::Uuid::new_v4().simple()
-    )
+    format!("gvl_{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple())
 }
 
 #[cfg(test)]
@@ -428,7 +412,11 @@ mod tests {
     fn layers_apply_in_order() {
         let dir = tempfile_dir();
         let file = dir.join("gavel.toml");
-        std::fs::write(&file, "listen = \"127.0.0.1:9000\"\nplugin_dir = \"from-file\"\n[ingest]\nmax_body_bytes = 1000\n").unwrap();
+        std::fs::write(
+            &file,
+            "listen = \"127.0.0.1:9000\"\nplugin_dir = \"from-file\"\n[ingest]\nmax_body_bytes = 1000\n",
+        )
+        .unwrap();
         let flags = ServeFlags {
             config: Some(file),
             plugin_dir: Some(PathBuf::from("from-flag")),
@@ -438,10 +426,7 @@ mod tests {
         assert_eq!(c.listen.port(), 9000);
         assert_eq!(c.plugin_dir, PathBuf::from("from-flag"));
         assert_eq!(c.ingest.max_body_bytes, 1000);
-        assert_eq!(
-            c.ingest.max_text_bytes,
-            IngestConfig::default().max_text_bytes
-        );
+        assert_eq!(c.ingest.max_text_bytes, IngestConfig::default().max_text_bytes);
         assert_eq!(c.database_url(), "sqlite://data/gavel.db");
     }
 
@@ -505,10 +490,7 @@ mod tests {
     }
 
     fn tempfile_dir() -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "gavel-config-test-{}",
-            uuid::Uuid::new_v4().simple()
-        ));
+        let dir = std::env::temp_dir().join(format!("gavel-config-test-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).unwrap();
         dir
     }

@@ -3,8 +3,7 @@
 //! worker (async phase).
 
 use crate::rules::{
-    AuthorStats, Evaluation, Event, Item, Outcome, Phase, RegisteredPlugin, Registry, Snapshot,
-    fit_snapshot,
+    AuthorStats, Evaluation, Event, Item, Outcome, Phase, RegisteredPlugin, Registry, Snapshot, fit_snapshot,
 };
 use crate::status::ItemStatus;
 use crate::store::{Mode, NewDecision, SnapshotData};
@@ -34,11 +33,7 @@ pub fn snapshot_of(data: &SnapshotData, phase: Phase, now_ms: i64, max_bytes: us
             created_at_ms: item.created_at as u64,
             version: item.version as u64,
         },
-        counters: data
-            .counters
-            .iter()
-            .map(|(n, v)| (n.clone(), *v as u64))
-            .collect(),
+        counters: data.counters.iter().map(|(n, v)| (n.clone(), *v as u64)).collect(),
         author: AuthorStats {
             recent_items: clamp_u32(data.author_recent_items),
             rejected_items: clamp_u32(data.author_rejected_items),
@@ -129,9 +124,7 @@ impl Judgement {
         let by: Vec<String> = self
             .evaluations
             .iter()
-            .filter(|(p, e)| {
-                p.mode == Mode::Enforce && e.decision.as_ref().is_some_and(|d| d.verdict == verdict)
-            })
+            .filter(|(p, e)| p.mode == Mode::Enforce && e.decision.as_ref().is_some_and(|d| d.verdict == verdict))
             .map(|(_, e)| {
                 let reason = e.decision.as_ref().map_or("", |d| d.reason.as_str());
                 if reason.is_empty() {
@@ -157,6 +150,7 @@ pub fn judge(
     snapshot: &mut Snapshot,
     phase: Phase,
     fail_closed: bool,
+    metrics: &crate::metrics::Metrics,
 ) -> Judgement {
     let engine = registry.engine();
     // Taken before the plugin list: a version swapped out after this still
@@ -170,7 +164,21 @@ pub fn judge(
             Phase::Sync => p.deadline_sync,
             Phase::Async => p.deadline_async,
         };
-        let e = engine.evaluate_with(&p.plugin, snapshot, deadline, p.memory_bytes);
+        let span = tracing::debug_span!("rule.evaluate", plugin = %p.plugin.info.name, plugin_version = %p.plugin.info.version, item = %snapshot.item.id);
+        let e = span.in_scope(|| engine.evaluate_with(&p.plugin, snapshot, deadline, p.memory_bytes));
+        let labels = crate::metrics::Metrics::plugin(&e.plugin.name, &e.plugin.version);
+        metrics
+            .rule_evaluation_seconds
+            .get_or_create(&labels)
+            .observe(e.duration.as_secs_f64());
+        metrics
+            .rule_evaluations
+            .get_or_create(&crate::metrics::PluginOutcomeLabels {
+                plugin: labels.plugin,
+                version: labels.version,
+                outcome: e.outcome.as_str(),
+            })
+            .inc();
         if e.outcome != Outcome::Ok {
             tracing::warn!(
                 plugin = %e.plugin.name, version = %e.plugin.version, outcome = %e.outcome,
@@ -187,18 +195,13 @@ pub fn judge(
         }
         evaluations.push((p.clone(), e));
     }
-    let verdict = Verdict::most_severe(
-        evaluations
-            .iter()
-            .filter(|(p, _)| p.mode == Mode::Enforce)
-            .filter_map(
-                |(_, e)| match (&e.decision, fail_closed && e.outcome.is_failure()) {
-                    (Some(d), _) => Some(d.verdict),
-                    (None, true) => Some(Verdict::Hold),
-                    (None, false) => None,
-                },
-            ),
-    );
+    let verdict = Verdict::most_severe(evaluations.iter().filter(|(p, _)| p.mode == Mode::Enforce).filter_map(
+        |(_, e)| match (&e.decision, fail_closed && e.outcome.is_failure()) {
+            (Some(d), _) => Some(d.verdict),
+            (None, true) => Some(Verdict::Hold),
+            (None, false) => None,
+        },
+    ));
     Judgement {
         evaluations,
         started_at,
@@ -224,10 +227,7 @@ mod tests {
         pairs.sort();
         assert_eq!(
             pairs,
-            vec![
-                ("age_days".into(), "3".into()),
-                ("lang".into(), "en".into())
-            ]
+            vec![("age_days".into(), "3".into()), ("lang".into(), "en".into())]
         );
         assert!(context_pairs("not json").is_empty());
     }

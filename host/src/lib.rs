@@ -18,6 +18,7 @@
 //! - [`verdict`]: verdicts and their severity order.
 //! - [`config`]: layered configuration and API tokens.
 //! - [`cli`]: the `gavel` command line.
+//! - [`metrics`]: what `/metrics` exports.
 //! - [`telemetry`]: tracing subscriber set-up.
 
 pub mod api;
@@ -26,6 +27,7 @@ pub mod config;
 pub mod coordinator;
 pub mod fingerprint;
 pub mod judge;
+pub mod metrics;
 pub mod rules;
 pub mod status;
 pub mod store;
@@ -45,24 +47,21 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    serve_with_stats(config, listener, shutdown, Arc::default()).await
+    serve_with_metrics(config, listener, shutdown, Arc::default()).await
 }
 
-/// [`serve`], recording the evaluation loop's figures into `stats` (tests
-/// and embedders read them; `/metrics` will export them).
-pub async fn serve_with_stats(
+/// [`serve`], recording into `metrics` (what `/metrics` exports; tests and
+/// embedders read it directly).
+pub async fn serve_with_metrics(
     config: config::Config,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
-    stats: Arc<worker::WorkerStats>,
+    metrics: Arc<metrics::Metrics>,
 ) -> anyhow::Result<()> {
     let config = Arc::new(config);
     let tokens = config::resolve_tokens(&config)?;
     let store = store::open(&config.database_url(), config.database_max_connections).await?;
-    let engine = Arc::new(
-        rules::RuleEngine::new(config.limits.clone())?
-            .with_cache(&config.data_dir.join("cache"))?,
-    );
+    let engine = Arc::new(rules::RuleEngine::new(config.limits.clone())?.with_cache(&config.data_dir.join("cache"))?);
     // Plugin loads, unloads and failures go to `plugin_versions`, in order.
     let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();
     let node = format!(
@@ -72,9 +71,22 @@ pub async fn serve_with_stats(
         std::process::id()
     );
     let history = {
-        let store = store.clone();
+        let (store, metrics) = (store.clone(), metrics.clone());
         tokio::spawn(async move {
             while let Some(event) = events_rx.recv().await {
+                let result = match &event {
+                    store::PluginEvent::Loaded { .. } => Some("loaded"),
+                    store::PluginEvent::Unloaded { .. } => Some("unloaded"),
+                    store::PluginEvent::Failed { .. } => Some("failed"),
+                    store::PluginEvent::Quarantined { .. } => None,
+                };
+                match result {
+                    Some(result) => metrics
+                        .plugin_reloads
+                        .get_or_create(&metrics::ResultLabel { result })
+                        .inc(),
+                    None => metrics.plugin_quarantines.inc(),
+                };
                 if let Err(e) = store.record_plugin_event(&node, &event).await {
                     tracing::warn!(error = %e, ?event, "cannot record plugin history");
                 }
@@ -105,7 +117,7 @@ pub async fn serve_with_stats(
         store.clone(),
         coordinator.clone(),
         registry.clone(),
-        stats.clone(),
+        metrics.clone(),
         config.role.evaluates(),
     );
     let state = api::AppState::new(
@@ -113,7 +125,7 @@ pub async fn serve_with_stats(
         store.clone(),
         registry.clone(),
         scheduler,
-        stats,
+        metrics.clone(),
         api::Tokens::new(&tokens),
     );
     let app = if config.role.serves_api() {
@@ -125,9 +137,7 @@ pub async fn serve_with_stats(
         addr = %listener.local_addr()?, store = store.backend(), coordinator = coordinator.backend(),
         role = ?config.role, plugins = registry.plugins().len(), "gavel is serving"
     );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await?;
     tracing::info!("HTTP server stopped; finishing evaluations in flight");
     worker.shutdown(config.shutdown_grace()).await;
     drop(watcher);

@@ -182,9 +182,7 @@ mod tests {
     fn expected(from: ItemStatus, to: ItemStatus, actor: Actor) -> bool {
         let settled = [Visible, HeldForReview, Rejected];
         match actor {
-            Moderator => {
-                from != Deleted && from != Received && (settled.contains(&to) || to == Deleted)
-            }
+            Moderator => from != Deleted && from != Received && (settled.contains(&to) || to == Deleted),
             Author => from != Deleted && from != Received && to == Deleted,
             System => {
                 (from == Received && [PendingScan, HeldForReview, Rejected].contains(&to))

@@ -16,12 +16,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    pub const ALL: [Verdict; 4] = [
-        Verdict::Allow,
-        Verdict::Flag,
-        Verdict::Hold,
-        Verdict::Reject,
-    ];
+    pub const ALL: [Verdict; 4] = [Verdict::Allow, Verdict::Flag, Verdict::Hold, Verdict::Reject];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -61,11 +56,7 @@ mod tests {
 
     #[test]
     fn severity_order_and_combination() {
-        assert!(
-            Verdict::Allow < Verdict::Flag
-                && Verdict::Flag < Verdict::Hold
-                && Verdict::Hold < Verdict::Reject
-        );
+        assert!(Verdict::Allow < Verdict::Flag && Verdict::Flag < Verdict::Hold && Verdict::Hold < Verdict::Reject);
         assert_eq!(
             Verdict::most_severe([Verdict::Flag, Verdict::Allow, Verdict::Hold]),
             Some(Verdict::Hold)

@@ -8,11 +8,12 @@
 use crate::config::{Config, EvaluationConfig, IngestConfig};
 use crate::coordinator::{Lease, Schedule, SharedCoordinator};
 use crate::judge::{judge, snapshot_of, status_for};
+use crate::metrics::Metrics;
 use crate::rules::{Phase, Registry};
 use crate::status::Actor;
 use crate::store::{CommitOutcome, EvaluationCommit, SharedStore, StoreError, now_ms};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Semaphore;
@@ -39,8 +40,7 @@ impl Scheduler {
     /// the reconciler queues the item later, so this never fails the request.
     pub async fn schedule(&self, item: &str, kind: &str) {
         let now = now_ms();
-        self.schedule_with(item, self.evaluation.schedule_for(kind, now))
-            .await;
+        self.schedule_with(item, self.evaluation.schedule_for(kind, now)).await;
     }
 
     /// Queues `item` to be evaluated as soon as a worker is free (the
@@ -56,27 +56,6 @@ impl Scheduler {
     }
 }
 
-/// What the evaluation loop has done, for tests, metrics and operators.
-#[derive(Debug, Default)]
-pub struct WorkerStats {
-    /// Evaluations committed (with or without a status change).
-    pub committed: AtomicU64,
-    /// Commits refused by the version check: another commit won, nothing applied.
-    pub stale_commits: AtomicU64,
-    /// Leases that had expired (or been taken over) by the time we released them.
-    pub leases_lost: AtomicU64,
-    /// Host-side failures retried.
-    pub retries: AtomicU64,
-    /// Evaluations given up on and dead-lettered.
-    pub dead_letters: AtomicU64,
-    /// Items the reconciler queued.
-    pub reconciled: AtomicU64,
-    /// Milliseconds the oldest due item has waited (0 when none is due).
-    pub queue_lag_ms: AtomicI64,
-    /// Items in the queue.
-    pub queue_depth: AtomicU64,
-}
-
 /// Running background tasks; [`WorkerHandle::shutdown`] stops claiming and
 /// waits for the evaluations in flight to commit.
 pub struct WorkerHandle {
@@ -87,10 +66,7 @@ pub struct WorkerHandle {
 impl WorkerHandle {
     pub async fn shutdown(mut self, grace: Duration) {
         self.cancel.cancel();
-        let _ = tokio::time::timeout(grace, async {
-            while self.tasks.join_next().await.is_some() {}
-        })
-        .await;
+        let _ = tokio::time::timeout(grace, async { while self.tasks.join_next().await.is_some() {} }).await;
     }
 }
 
@@ -100,7 +76,7 @@ struct Worker {
     registry: Arc<Registry>,
     evaluation: Arc<EvaluationConfig>,
     ingest: IngestConfig,
-    stats: Arc<WorkerStats>,
+    metrics: Arc<Metrics>,
     /// Host-side failures per item, for the retry budget (per process).
     attempts: Mutex<HashMap<String, u32>>,
 }
@@ -112,7 +88,7 @@ pub fn start(
     store: SharedStore,
     coordinator: SharedCoordinator,
     registry: Arc<Registry>,
-    stats: Arc<WorkerStats>,
+    metrics: Arc<Metrics>,
     evaluate: bool,
 ) -> (Scheduler, WorkerHandle) {
     let evaluation = Arc::new(config.evaluation.clone());
@@ -123,7 +99,7 @@ pub fn start(
         registry,
         evaluation,
         ingest: config.ingest.clone(),
-        stats,
+        metrics,
         attempts: Mutex::new(HashMap::new()),
     });
     let cancel = CancellationToken::new();
@@ -176,11 +152,9 @@ impl Worker {
     async fn sample_queue(&self) {
         let now = now_ms();
         if let Ok(s) = self.coordinator.stats(now).await {
-            self.stats.queue_depth.store(s.depth, Ordering::Relaxed);
-            self.stats.queue_lag_ms.store(
-                s.oldest_due.map_or(0, |due| (now - due).max(0)),
-                Ordering::Relaxed,
-            );
+            self.metrics.queue_depth.set(s.depth as i64);
+            let lag_ms = s.oldest_due.map_or(0, |due| (now - due).max(0));
+            self.metrics.queue_lag_seconds.set(lag_ms as f64 / 1000.0);
         }
     }
 
@@ -235,18 +209,18 @@ impl Worker {
 
     async fn process(&self, lease: Lease) {
         let item = lease.item.as_str();
-        match self.evaluate(item).await {
+        self.metrics.evaluations_in_flight.inc();
+        let result = self.evaluate(item).await;
+        self.metrics.evaluations_in_flight.dec();
+        match result {
             Ok(true) => {
                 self.attempts.lock().expect("lock").remove(item);
             }
             Ok(false) => {
                 // Fenced out: the item moved on under us. Nothing was applied;
                 // judge it again on fresh state.
-                self.stats.stale_commits.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(
-                    item,
-                    "stale commit refused by the version check; evaluating again"
-                );
+                self.metrics.stale_commits.inc();
+                tracing::info!(item, "stale commit refused by the version check; evaluating again");
                 self.reschedule(item, Schedule::At(now_ms())).await;
             }
             Err(e) => self.failed(item, e).await,
@@ -254,7 +228,7 @@ impl Worker {
         match self.coordinator.release(&lease).await {
             Ok(true) => {}
             Ok(false) => {
-                self.stats.leases_lost.fetch_add(1, Ordering::Relaxed);
+                self.metrics.leases_lost.inc();
                 tracing::warn!(
                     item,
                     "lease expired during the evaluation (the version check kept it safe)"
@@ -274,12 +248,8 @@ impl Worker {
             *n
         };
         if attempt < self.evaluation.max_attempts {
-            self.stats.retries.fetch_add(1, Ordering::Relaxed);
-            let wait = backoff_ms(
-                attempt,
-                self.evaluation.retry_base_ms,
-                self.evaluation.retry_max_ms,
-            );
+            self.metrics.retries.inc();
+            let wait = backoff_ms(attempt, self.evaluation.retry_base_ms, self.evaluation.retry_max_ms);
             tracing::warn!(item, attempt, retry_in_ms = wait, error = %error, "evaluation failed in the host; retrying");
             self.reschedule(item, Schedule::At(now_ms() + wait)).await;
             return;
@@ -291,7 +261,7 @@ impl Worker {
         {
             Ok(_) => {
                 self.attempts.lock().expect("lock").remove(item);
-                self.stats.dead_letters.fetch_add(1, Ordering::Relaxed);
+                self.metrics.dead_letters.inc();
                 tracing::error!(item, attempts = attempt, error = %error, "evaluation dead-lettered");
             }
             Err(e) => {
@@ -324,7 +294,7 @@ impl Worker {
             match self.coordinator.is_leased(&id, now).await {
                 Ok(false) => {
                     self.reschedule(&id, Schedule::At(now)).await;
-                    self.stats.reconciled.fetch_add(1, Ordering::Relaxed);
+                    self.metrics.reconciled.inc();
                 }
                 Ok(true) => {}
                 Err(e) => {
@@ -333,6 +303,16 @@ impl Worker {
                 }
             }
         }
+    }
+
+    fn count_commit(&self, verdict: crate::verdict::Verdict) {
+        self.metrics.evaluations_committed.inc();
+        self.metrics
+            .decisions
+            .get_or_create(&crate::metrics::VerdictLabel {
+                verdict: verdict.as_str(),
+            })
+            .inc();
     }
 
     /// One evaluation; `Ok(false)` when the commit lost a race.
@@ -353,13 +333,14 @@ impl Worker {
             return Ok(true);
         }
         let registry = self.registry.clone();
+        let metrics = self.metrics.clone();
         let fail_closed = self.evaluation.fail_closed;
         let max = registry.engine().limits().max_snapshot_bytes;
         let span = tracing::info_span!("item.evaluate", item = id, version = data.item.version);
         let (data, judgement) = tokio::task::spawn_blocking(move || {
             let _enter = span.enter();
             let mut snapshot = snapshot_of(&data, Phase::Async, now, max);
-            let judgement = judge(&registry, &mut snapshot, Phase::Async, fail_closed);
+            let judgement = judge(&registry, &mut snapshot, Phase::Async, fail_closed, &metrics);
             (data, judgement)
         })
         .await
@@ -384,12 +365,14 @@ impl Worker {
                 ) != target
             {
                 plugin.disagreements.fetch_add(1, Ordering::Relaxed);
+                self.metrics
+                    .shadow_disagreements
+                    .get_or_create(&Metrics::plugin(&e.plugin.name, &e.plugin.version))
+                    .inc();
             }
         }
-        let to = (!manual
-            && item.status != target
-            && crate::status::can_transition(item.status, target, Actor::Rules))
-        .then_some(target);
+        let to = (!manual && item.status != target && crate::status::can_transition(item.status, target, Actor::Rules))
+            .then_some(target);
         let commit = EvaluationCommit {
             item_id: id.to_string(),
             snapshot_version: item.version,
@@ -403,12 +386,12 @@ impl Worker {
         };
         match self.store.commit_evaluation(&commit).await? {
             CommitOutcome::Transitioned { version } => {
-                self.stats.committed.fetch_add(1, Ordering::Relaxed);
+                self.count_commit(combined);
                 tracing::info!(item = id, from = %item.status, to = %target, version, "item.transition");
                 Ok(true)
             }
             CommitOutcome::Recorded => {
-                self.stats.committed.fetch_add(1, Ordering::Relaxed);
+                self.count_commit(combined);
                 Ok(true)
             }
             CommitOutcome::Stale => Ok(false),

@@ -7,18 +7,12 @@ use std::str::FromStr;
 impl Snapshot {
     /// The value of an interaction counter (`"flag"`, `"upvote"`, ...); zero when absent.
     pub fn counter(&self, name: &str) -> u64 {
-        self.counters
-            .iter()
-            .find(|(n, _)| n == name)
-            .map_or(0, |(_, v)| *v)
+        self.counters.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v)
     }
 
     /// A raw value from the plugin's sidecar `config` table.
     pub fn config(&self, key: &str) -> Option<&str> {
-        self.config
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
+        self.config.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
     }
 
     /// A config value parsed as `T`, or `default` when the key is absent.

@@ -134,9 +134,7 @@ fn config_strings<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, St
         .map(|(k, v)| {
             config_value_string(&v)
                 .map(|s| (k.clone(), s))
-                .ok_or_else(|| {
-                    serde::de::Error::custom(format!("config `{k}`: unsupported value {v}"))
-                })
+                .ok_or_else(|| serde::de::Error::custom(format!("config `{k}`: unsupported value {v}")))
         })
         .collect()
 }

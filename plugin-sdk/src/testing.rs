@@ -197,11 +197,7 @@ mod cases {
                 result.err().map(|e| format!("{}: {e}", case.name))
             })
             .collect();
-        assert!(
-            failures.is_empty(),
-            "failing cases:\n  {}",
-            failures.join("\n  ")
-        );
+        assert!(failures.is_empty(), "failing cases:\n  {}", failures.join("\n  "));
     }
 }
 

@@ -4,9 +4,7 @@
 //! built by `build.rs` and exposed in [`guests`] as paths to real `.wasm`
 //! components.
 
-use gavel::rules::{
-    Evaluation, LoadedPlugin, RuleEngine, RuntimeLimits, Snapshot, fit_snapshot, snapshot_from_spec,
-};
+use gavel::rules::{Evaluation, LoadedPlugin, RuleEngine, RuntimeLimits, Snapshot, fit_snapshot, snapshot_from_spec};
 use gavel_plugin_sdk::spec::SnapshotSpec;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -21,10 +19,7 @@ pub mod guests {
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
 /// The example plugins: (component path, `cases.json` path).
@@ -32,22 +27,10 @@ pub fn example_plugins() -> Vec<(&'static str, PathBuf)> {
     let root = repo_root();
     vec![
         (guests::LINK_SPAM, root.join("plugins/link-spam/cases.json")),
-        (
-            guests::DUPLICATE_BURST,
-            root.join("plugins/duplicate-burst/cases.json"),
-        ),
-        (
-            guests::FLAG_RATIO,
-            root.join("plugins/flag-ratio/cases.json"),
-        ),
-        (
-            guests::BANNED_TERMS,
-            root.join("plugins/banned-terms/cases.json"),
-        ),
-        (
-            guests::SHOUTING,
-            root.join("plugins/python/shouting/cases.json"),
-        ),
+        (guests::DUPLICATE_BURST, root.join("plugins/duplicate-burst/cases.json")),
+        (guests::FLAG_RATIO, root.join("plugins/flag-ratio/cases.json")),
+        (guests::BANNED_TERMS, root.join("plugins/banned-terms/cases.json")),
+        (guests::SHOUTING, root.join("plugins/python/shouting/cases.json")),
     ]
 }
 
@@ -77,19 +60,12 @@ pub fn load(engine: &RuleEngine, path: &str) -> LoadedPlugin {
 pub fn snapshot(text: &str, config: &[(&str, &str)]) -> Snapshot {
     let mut spec = SnapshotSpec::default();
     spec.item.text = text.into();
-    spec.config = config
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
+    spec.config = config.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     snapshot_from_spec(&spec)
 }
 
 /// Evaluates `plugin` on a spec, fitted to the engine's snapshot limit as the host does.
-pub fn evaluate_spec(
-    engine: &RuleEngine,
-    plugin: &LoadedPlugin,
-    spec: &SnapshotSpec,
-) -> Evaluation {
+pub fn evaluate_spec(engine: &RuleEngine, plugin: &LoadedPlugin, spec: &SnapshotSpec) -> Evaluation {
     let mut s = snapshot_from_spec(spec);
     fit_snapshot(&mut s, engine.limits().max_snapshot_bytes);
     engine.evaluate(plugin, &s)

@@ -41,8 +41,7 @@ pub fn postgres() -> &'static Postgres {
 
 impl Postgres {
     fn start() -> Postgres {
-        let initdb = which("initdb")
-            .expect("initdb (PostgreSQL 15) is not on PATH; `cargo xtask test` checks for it");
+        let initdb = which("initdb").expect("initdb (PostgreSQL 15) is not on PATH; `cargo xtask test` checks for it");
         let postgres = which("postgres").expect("postgres is not on PATH");
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
@@ -58,36 +57,20 @@ impl Postgres {
         let as_user = |program: &Path| -> Command {
             if is_root {
                 let mut c = Command::new("runuser");
-                c.args([
-                    "-u",
-                    user.expect("a non-root user to run PostgreSQL as"),
-                    "--",
-                ])
-                .arg(program);
+                c.args(["-u", user.expect("a non-root user to run PostgreSQL as"), "--"])
+                    .arg(program);
                 c
             } else {
                 Command::new(program)
             }
         };
         if is_root {
-            let uid = Command::new("id")
-                .args(["-u", user.unwrap()])
-                .output()
-                .unwrap();
+            let uid = Command::new("id").args(["-u", user.unwrap()]).output().unwrap();
             let uid: u32 = String::from_utf8_lossy(&uid.stdout).trim().parse().unwrap();
             std::os::unix::fs::chown(dir.path(), Some(uid), None).unwrap();
         }
         let status = as_user(&initdb)
-            .args([
-                "-A",
-                "trust",
-                "-U",
-                "gavel",
-                "--no-sync",
-                "-E",
-                "UTF8",
-                "-D",
-            ])
+            .args(["-A", "trust", "-U", "gavel", "--no-sync", "-E", "UTF8", "-D"])
             .arg(&data)
             .stdout(Stdio::null())
             .status()
@@ -192,8 +175,7 @@ impl Redis {
 
     /// Starts the server (again) on the same port, empty.
     pub fn restart(&self) {
-        let server = which("redis-server")
-            .expect("redis-server is not on PATH; `cargo xtask test` installs it");
+        let server = which("redis-server").expect("redis-server is not on PATH; `cargo xtask test` installs it");
         let pidfile = self.dir.path().join("watchdog.pid");
         let script = format!(
             "'{}' --port {} --bind 127.0.0.1 --save '' --appendonly no --dir '{}' >>'{}/redis.log' 2>&1 & rs=$!; echo $rs > '{}'; \
@@ -273,8 +255,8 @@ pub struct TestServer {
     pub moderator: String,
     pub config: Config,
     pub http: reqwest::Client,
-    /// The evaluation loop's figures (stale commits, lost leases, ...).
-    pub stats: std::sync::Arc<gavel::worker::WorkerStats>,
+    /// What `/metrics` exports, read directly (stale commits, lost leases, ...).
+    pub metrics: std::sync::Arc<gavel::metrics::Metrics>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
     dir: Option<tempfile::TempDir>,
@@ -290,11 +272,7 @@ impl TestServer {
     }
 
     /// Starts in `dir` (its `plugins/` and database, if SQLite, are reused).
-    pub async fn start_in(
-        dir: tempfile::TempDir,
-        backend: Backend,
-        tweak: impl FnOnce(&mut Config),
-    ) -> TestServer {
+    pub async fn start_in(dir: tempfile::TempDir, backend: Backend, tweak: impl FnOnce(&mut Config)) -> TestServer {
         let plugins = dir.path().join("plugins");
         std::fs::create_dir_all(&plugins).unwrap();
         for (name, path) in [
@@ -350,24 +328,16 @@ impl TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let stats = std::sync::Arc::new(gavel::worker::WorkerStats::default());
-        let task = tokio::spawn(gavel::serve_with_stats(
+        let metrics = std::sync::Arc::new(gavel::metrics::Metrics::new());
+        let task = tokio::spawn(gavel::serve_with_metrics(
             config.clone(),
             listener,
             async {
                 let _ = rx.await;
             },
-            stats.clone(),
+            metrics.clone(),
         ));
-        let token_of = |name: &str| {
-            config
-                .tokens
-                .iter()
-                .find(|t| t.name == name)
-                .unwrap()
-                .token
-                .clone()
-        };
+        let token_of = |name: &str| config.tokens.iter().find(|t| t.name == name).unwrap().token.clone();
         let server = TestServer {
             url,
             client: token_of("web"),
@@ -375,18 +345,14 @@ impl TestServer {
             moderator: token_of("mod"),
             config,
             http: reqwest::Client::new(),
-            stats,
+            metrics,
             shutdown: Some(tx),
             task: Some(task),
             dir: Some(dir),
         };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Ok(r) = server
-                .http
-                .get(format!("{}/readyz", server.url))
-                .send()
-                .await
+            if let Ok(r) = server.http.get(format!("{}/readyz", server.url)).send().await
                 && r.status().is_success()
             {
                 break;
@@ -413,23 +379,15 @@ impl TestServer {
 
     /// `POST path` with a JSON body and a bearer token.
     pub fn post(&self, path: &str, token: &str) -> reqwest::RequestBuilder {
-        self.http
-            .post(format!("{}{path}", self.url))
-            .bearer_auth(token)
+        self.http.post(format!("{}{path}", self.url)).bearer_auth(token)
     }
 
     pub fn get(&self, path: &str, token: &str) -> reqwest::RequestBuilder {
-        self.http
-            .get(format!("{}{path}", self.url))
-            .bearer_auth(token)
+        self.http.get(format!("{}{path}", self.url)).bearer_auth(token)
     }
 
     /// Polls `GET /v1/items/{id}` until `done` holds (or 20 s pass).
-    pub async fn wait_for(
-        &self,
-        id: &str,
-        done: impl Fn(&serde_json::Value) -> bool,
-    ) -> serde_json::Value {
+    pub async fn wait_for(&self, id: &str, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             let item: serde_json::Value = self
@@ -482,11 +440,7 @@ impl GavelProcess {
     pub fn start(dir: &Path, name: &str, config_toml: &str) -> GavelProcess {
         let port = free_port();
         let config = dir.join(format!("{name}.toml"));
-        std::fs::write(
-            &config,
-            format!("listen = \"127.0.0.1:{port}\"\n{config_toml}"),
-        )
-        .unwrap();
+        std::fs::write(&config, format!("listen = \"127.0.0.1:{port}\"\n{config_toml}")).unwrap();
         let mut p = GavelProcess {
             name: name.into(),
             port,
@@ -532,9 +486,7 @@ impl GavelProcess {
 
     fn signal(&self, sig: &str) {
         if let Some(c) = &self.child {
-            let _ = Command::new("kill")
-                .args([sig, &c.id().to_string()])
-                .status();
+            let _ = Command::new("kill").args([sig, &c.id().to_string()]).status();
         }
     }
 

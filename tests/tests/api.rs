@@ -28,38 +28,22 @@ async fn submitted_items_settle_with_stamped_decisions(s: TestServer) {
     let all = item["decisions"].as_array().unwrap();
     let decisions: Vec<&Value> = all.iter().filter(|d| d["phase"] == "async").collect();
     assert_eq!(decisions.len(), 4, "one per async plugin: {all:#?}");
-    assert_eq!(
-        all.len(),
-        5,
-        "and one sync-phase decision (banned-terms): {all:#?}"
-    );
-    let link_spam = decisions
-        .iter()
-        .find(|d| d["plugin"] == "link-spam")
-        .unwrap();
+    assert_eq!(all.len(), 5, "and one sync-phase decision (banned-terms): {all:#?}");
+    let link_spam = decisions.iter().find(|d| d["plugin"] == "link-spam").unwrap();
     assert_eq!(link_spam["verdict"], "hold");
     assert_eq!(link_spam["plugin_version"], "1.0.0");
-    let digest =
-        gavel::rules::Digest::of(&std::fs::read(gavel_tests::guests::LINK_SPAM).unwrap()).to_hex();
+    let digest = gavel::rules::Digest::of(&std::fs::read(gavel_tests::guests::LINK_SPAM).unwrap()).to_hex();
     assert_eq!(link_spam["plugin_digest"], digest);
     assert_eq!(link_spam["applied"], true);
     let trail: Vec<(&str, &str)> = item["transitions"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|t| {
-            (
-                t["from_status"].as_str().unwrap(),
-                t["to_status"].as_str().unwrap(),
-            )
-        })
+        .map(|t| (t["from_status"].as_str().unwrap(), t["to_status"].as_str().unwrap()))
         .collect();
     assert_eq!(
         trail,
-        vec![
-            ("received", "pending_scan"),
-            ("pending_scan", "held_for_review")
-        ]
+        vec![("received", "pending_scan"), ("pending_scan", "held_for_review")]
     );
 
     // A sync-phase rule (banned-terms) rejects inline: the reply is already final.
@@ -129,9 +113,7 @@ async fn submitted_items_settle_with_stamped_decisions(s: TestServer) {
             .unwrap();
     }
     let item = s
-        .wait_for(&id, |i| {
-            i["needs_eval_since"].is_null() && i["counters"]["flag"] == 12
-        })
+        .wait_for(&id, |i| i["needs_eval_since"].is_null() && i["counters"]["flag"] == 12)
         .await;
     assert_eq!(item["status"], "visible", "the manual decision stands");
     let unapplied = item["decisions"]
@@ -140,10 +122,7 @@ async fn submitted_items_settle_with_stamped_decisions(s: TestServer) {
         .iter()
         .filter(|d| d["applied"] == false)
         .count();
-    assert!(
-        unapplied >= 1,
-        "later evaluations are recorded, not applied"
-    );
+    assert!(unapplied >= 1, "later evaluations are recorded, not applied");
 
     // The review queue lists the first (held) item.
     let q: Value = s
@@ -154,13 +133,7 @@ async fn submitted_items_settle_with_stamped_decisions(s: TestServer) {
         .json()
         .await
         .unwrap();
-    assert!(
-        q["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|i| i["author"] == "alice")
-    );
+    assert!(q["items"].as_array().unwrap().iter().any(|i| i["author"] == "alice"));
     s.stop().await.unwrap();
 }
 
@@ -190,9 +163,7 @@ async fn duplicate_text_from_one_author_is_held(s: TestServer) {
         statuses.push(r["status"].as_str().unwrap().to_string());
     }
     assert!(
-        statuses[..hold_at - 1]
-            .iter()
-            .all(|st| st == "pending_scan"),
+        statuses[..hold_at - 1].iter().all(|st| st == "pending_scan"),
         "{statuses:?}"
     );
     assert_eq!(statuses[hold_at - 1], "held_for_review", "{statuses:?}");
@@ -294,10 +265,7 @@ async fn idempotency_key_rules(s: TestServer) {
     let err: Value = other.json().await.unwrap();
     assert_eq!(err["error"]["code"], "idempotency_key_reused");
     let stored: Value = s
-        .get(
-            &format!("/v1/items/{}", first["id"].as_str().unwrap()),
-            &s.client,
-        )
+        .get(&format!("/v1/items/{}", first["id"].as_str().unwrap()), &s.client)
         .send()
         .await
         .unwrap()
@@ -335,10 +303,7 @@ async fn idempotency_key_rules(s: TestServer) {
     );
     // And clients only see their own items.
     let r = s
-        .get(
-            &format!("/v1/items/{}", first["id"].as_str().unwrap()),
-            &s.client2,
-        )
+        .get(&format!("/v1/items/{}", first["id"].as_str().unwrap()), &s.client2)
         .send()
         .await
         .unwrap();
@@ -410,22 +375,11 @@ async fn bad_input_gets_a_clear_4xx(s: TestServer) {
         let shown = body.chars().take(40).collect::<String>();
         let r = send(body, ct).await.unwrap();
         assert_eq!(r.status(), status, "{shown}");
-        let err: Value = r
-            .json()
-            .await
-            .unwrap_or_else(|e| panic!("{shown}: not JSON: {e}"));
+        let err: Value = r.json().await.unwrap_or_else(|e| panic!("{shown}: not JSON: {e}"));
         assert_eq!(err["error"]["code"], code, "{shown}");
-        assert!(
-            err["error"]["message"]
-                .as_str()
-                .is_some_and(|m| !m.is_empty())
-        );
+        assert!(err["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
     }
-    let r = s
-        .get("/v1/items/does-not-exist", &s.client)
-        .send()
-        .await
-        .unwrap();
+    let r = s.get("/v1/items/does-not-exist", &s.client).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     let r = s
         .post("/v1/items/does-not-exist/events", &s.client)
@@ -436,16 +390,8 @@ async fn bad_input_gets_a_clear_4xx(s: TestServer) {
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     let r = s.get("/no/such/route", &s.client).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
-    assert_eq!(
-        r.json::<Value>().await.unwrap()["error"]["code"],
-        "not_found"
-    );
-    let r = s
-        .http
-        .delete(format!("{}/v1/items", s.url))
-        .send()
-        .await
-        .unwrap();
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "not_found");
+    let r = s.http.delete(format!("{}/v1/items", s.url)).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::METHOD_NOT_ALLOWED);
     s.stop().await.unwrap();
 }
@@ -460,12 +406,7 @@ async fn huge_chunked_body_is_refused_with_413(s: TestServer) {
     );
     conn.write_all(head.as_bytes()).await.unwrap();
     let chunk = vec![b' '; 64 << 10];
-    let frame = [
-        format!("{:x}\r\n", chunk.len()).into_bytes(),
-        chunk,
-        b"\r\n".to_vec(),
-    ]
-    .concat();
+    let frame = [format!("{:x}\r\n", chunk.len()).into_bytes(), chunk, b"\r\n".to_vec()].concat();
     let mut sent = 0usize;
     while sent < 100 << 20 {
         // The server answers and stops reading long before 100 MB.
@@ -511,11 +452,7 @@ async fn moderator_routes_refuse_other_callers(s: TestServer) {
             }
             let url = format!("{}{}", s.url, path.replace("{id}", "some-item"));
             let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
-            for (token, expected) in [
-                (None, 401),
-                (Some("wrong-token"), 401),
-                (Some(s.client.as_str()), 403),
-            ] {
+            for (token, expected) in [(None, 401), (Some("wrong-token"), 401), (Some(s.client.as_str()), 403)] {
                 let mut r = s
                     .http
                     .request(method.clone(), &url)
@@ -524,11 +461,7 @@ async fn moderator_routes_refuse_other_callers(s: TestServer) {
                     r = r.bearer_auth(t);
                 }
                 let r = r.send().await.unwrap();
-                assert_eq!(
-                    r.status().as_u16(),
-                    expected,
-                    "{method} {path} with {token:?}"
-                );
+                assert_eq!(r.status().as_u16(), expected, "{method} {path} with {token:?}");
                 let err: Value = r.json().await.unwrap();
                 assert!(err["error"]["code"].is_string());
             }

@@ -42,10 +42,7 @@ async fn sliding_window_fires_after_the_burst(c: SharedCoordinator) {
         "not before quiet for a window"
     );
     assert_eq!(claim_items(c.as_ref(), t + 450, 10).await, vec!["a"]);
-    assert!(
-        claim_items(c.as_ref(), t + 10_000, 10).await.is_empty(),
-        "claimed once"
-    );
+    assert!(claim_items(c.as_ref(), t + 10_000, 10).await.is_empty(), "claimed once");
 }
 
 /// A continuous stream is still judged every max-wait.
@@ -62,14 +59,8 @@ async fn max_wait_caps_a_continuous_stream(c: SharedCoordinator) {
             assert!(lease.is_empty());
         }
     }
-    assert!(
-        !fired.is_empty(),
-        "never evaluated under a continuous stream"
-    );
-    assert_eq!(
-        fired[0], 1000,
-        "first evaluation at first event + max_wait: {fired:?}"
-    );
+    assert!(!fired.is_empty(), "never evaluated under a continuous stream");
+    assert_eq!(fired[0], 1000, "first evaluation at first event + max_wait: {fired:?}");
     for pair in fired.windows(2) {
         assert!(pair[1] - pair[0] <= 1100, "gap over max_wait: {fired:?}");
     }
@@ -85,10 +76,7 @@ async fn fixed_window_keeps_the_first_fire_time(c: SharedCoordinator) {
 async fn priority_bypasses_the_window(c: SharedCoordinator) {
     let t = 4_000_000;
     c.schedule("d", t, SLIDING).await.unwrap();
-    assert_eq!(
-        c.schedule("d", t + 10, Schedule::At(t + 10)).await.unwrap(),
-        t + 10
-    );
+    assert_eq!(c.schedule("d", t + 10, Schedule::At(t + 10)).await.unwrap(), t + 10);
     assert_eq!(claim_items(c.as_ref(), t + 10, 10).await, vec!["d"]);
 }
 
@@ -107,16 +95,9 @@ async fn one_evaluation_in_flight_and_one_follow_up(c: SharedCoordinator) {
         c.claim_due(now, 10, TTL).await.unwrap().is_empty(),
         "leased: not claimable"
     );
-    assert_eq!(
-        c.stats(now).await.unwrap().depth,
-        1,
-        "five requests, one follow-up"
-    );
+    assert_eq!(c.stats(now).await.unwrap().depth, 1, "five requests, one follow-up");
     assert!(c.release(&leases[0]).await.unwrap());
-    assert!(
-        !c.release(&leases[0]).await.unwrap(),
-        "a lease releases once"
-    );
+    assert!(!c.release(&leases[0]).await.unwrap(), "a lease releases once");
     let follow_up = c.claim_due(now, 10, TTL).await.unwrap();
     assert_eq!(follow_up.len(), 1);
     assert!(c.claim_due(now, 10, TTL).await.unwrap().is_empty());
@@ -150,9 +131,7 @@ async fn expired_leases_are_reclaimable(c: SharedCoordinator) {
 async fn concurrent_claims_are_disjoint(c: SharedCoordinator) {
     let now = now_ms();
     for i in 0..200 {
-        c.schedule(&format!("g{i:03}"), now, Schedule::At(now))
-            .await
-            .unwrap();
+        c.schedule(&format!("g{i:03}"), now, Schedule::At(now)).await.unwrap();
     }
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..8 {

@@ -13,12 +13,7 @@ use std::time::{Duration, Instant};
 const ITEMS: usize = 300;
 
 /// Submits until acknowledged, retrying with the same key on any failure.
-async fn submit_until_acknowledged(
-    http: &reqwest::Client,
-    url: &str,
-    token: &str,
-    i: usize,
-) -> String {
+async fn submit_until_acknowledged(http: &reqwest::Client, url: &str, token: &str, i: usize) -> String {
     let body = json!({"external_id": format!("ext-{i}"), "kind": "post", "author": format!("author-{i}"), "text": format!("post {i}")});
     loop {
         let r = http
@@ -63,11 +58,7 @@ async fn killed_and_paused_processes_lose_nothing_and_apply_nothing_twice() {
         std::fs::copy(path, plugins.join(format!("{name}.wasm"))).unwrap();
     }
     // Every evaluation takes a while, so a pause or kill lands mid-evaluation.
-    std::fs::write(
-        plugins.join("slow.toml"),
-        "[config]\nmode = \"spin\"\nspin_ms = 150\n",
-    )
-    .unwrap();
+    std::fs::write(plugins.join("slow.toml"), "[config]\nmode = \"spin\"\nspin_ms = 150\n").unwrap();
     let db = postgres().database().await;
     let redis = Redis::start();
     let client = gavel::config::new_token();
@@ -105,16 +96,8 @@ max_wait_ms = 500
     );
     let mut api = GavelProcess::start(dir.path(), "api", &format!("role = \"api\"\n{config}"));
     let mut workers = vec![
-        GavelProcess::start(
-            dir.path(),
-            "worker-1",
-            &format!("role = \"worker\"\n{config}"),
-        ),
-        GavelProcess::start(
-            dir.path(),
-            "worker-2",
-            &format!("role = \"worker\"\n{config}"),
-        ),
+        GavelProcess::start(dir.path(), "worker-1", &format!("role = \"worker\"\n{config}")),
+        GavelProcess::start(dir.path(), "worker-2", &format!("role = \"worker\"\n{config}")),
     ];
 
     let http = reqwest::Client::new();
@@ -147,12 +130,7 @@ max_wait_ms = 500
                     ids
                 });
             }
-            tasks
-                .join_all()
-                .await
-                .into_iter()
-                .flatten()
-                .collect::<Vec<String>>()
+            tasks.join_all().await.into_iter().flatten().collect::<Vec<String>>()
         })
     };
 
@@ -170,8 +148,7 @@ max_wait_ms = 500
     // resume it; its late commits must be refused by the store (and counted).
     let refused = |w: &GavelProcess| {
         let log = w.log();
-        log.matches("stale commit refused").count()
-            + log.matches("lease expired during the evaluation").count()
+        log.matches("stale commit refused").count() + log.matches("lease expired during the evaluation").count()
     };
     let mut pauses = 0;
     while refused(&workers[0]) == 0 && pauses < 8 {
@@ -219,11 +196,7 @@ max_wait_ms = 500
 
     // Every acknowledged submission exists exactly once.
     let unique: HashSet<&String> = ids.iter().collect();
-    assert_eq!(
-        unique.len(),
-        ITEMS,
-        "an idempotent retry created a second item"
-    );
+    assert_eq!(unique.len(), ITEMS, "an idempotent retry created a second item");
     let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM items")
         .fetch_one(&pool)
         .await
@@ -245,10 +218,7 @@ max_wait_ms = 500
     .fetch_one(&pool)
     .await
     .unwrap();
-    assert_eq!(
-        forks, 0,
-        "a transition that does not start where the previous ended"
-    );
+    assert_eq!(forks, 0, "a transition that does not start where the previous ended");
     let mismatched: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM items i WHERE i.version <> (SELECT MAX(version) FROM transitions t WHERE t.item_id = i.id)",
     )
@@ -265,24 +235,17 @@ max_wait_ms = 500
     .await
     .unwrap();
     assert_eq!(duplicate_versions, 0);
-    let judged: i64 =
-        sqlx::query_scalar("SELECT COUNT(DISTINCT item_id) FROM transitions WHERE actor = 'rules'")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-    assert_eq!(
-        judged as usize, ITEMS,
-        "every item got its automated transition"
-    );
+    let judged: i64 = sqlx::query_scalar("SELECT COUNT(DISTINCT item_id) FROM transitions WHERE actor = 'rules'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(judged as usize, ITEMS, "every item got its automated transition");
 
     let refused_count = refused(&workers[0]);
     eprintln!(
         "faults: {kills} worker kills, 1 api kill, {pauses} pause(s); late commits refused or leases expired on the paused worker: {refused_count}"
     );
-    assert!(
-        refused_count >= 1,
-        "the paused worker's late work was never refused"
-    );
+    assert!(refused_count >= 1, "the paused worker's late work was never refused");
     drop(api);
     drop(workers);
 }
@@ -295,11 +258,7 @@ async fn the_embedded_default_killed_with_a_full_queue_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let plugins = dir.path().join("plugins");
     std::fs::create_dir_all(&plugins).unwrap();
-    std::fs::copy(
-        gavel_tests::guests::FLAG_RATIO,
-        plugins.join("flag-ratio.wasm"),
-    )
-    .unwrap();
+    std::fs::copy(gavel_tests::guests::FLAG_RATIO, plugins.join("flag-ratio.wasm")).unwrap();
     let client = gavel::config::new_token();
     let config = format!(
         r#"data_dir = "{data}"
@@ -356,10 +315,7 @@ max_wait_ms = 60000
             if item["needs_eval_since"].is_null() && item["status"] == "held_for_review" {
                 break;
             }
-            assert!(
-                Instant::now() < deadline,
-                "item never judged after the restart: {item}"
-            );
+            assert!(Instant::now() < deadline, "item never judged after the restart: {item}");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }

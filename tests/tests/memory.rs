@@ -20,8 +20,5 @@ fn memory_growth_stops_at_the_cap_and_host_rss_stays_flat() {
     let grown = rss_bytes().saturating_sub(before);
     assert!(grown < 80 << 20, "host RSS grew by {} MiB", grown >> 20);
     // And the host still evaluates normally afterwards.
-    assert_eq!(
-        engine.evaluate(&healthy, &snapshot("x", &[])).outcome,
-        Outcome::Ok
-    );
+    assert_eq!(engine.evaluate(&healthy, &snapshot("x", &[])).outcome, Outcome::Ok);
 }

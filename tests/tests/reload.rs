@@ -51,11 +51,7 @@ async fn plugins(s: &TestServer) -> Value {
 }
 
 fn plugin<'a>(list: &'a Value, name: &str) -> Option<&'a Value> {
-    list["plugins"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == name)
+    list["plugins"].as_array().unwrap().iter().find(|p| p["name"] == name)
 }
 
 async fn wait_until(what: &str, mut check: impl AsyncFnMut() -> bool) {
@@ -76,10 +72,7 @@ async fn submit(s: &TestServer, author: &str, text: &str) -> String {
         .json()
         .await
         .unwrap();
-    r["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{r}"))
-        .to_string()
+    r["id"].as_str().unwrap_or_else(|| panic!("{r}")).to_string()
 }
 
 /// W7: 100 hot swaps of one plugin during steady load: 0 errors, and every
@@ -90,17 +83,11 @@ async fn hot_swaps_under_load_stamp_every_decision_with_loaded_code(backend: Bac
     let original = std::fs::read(gavel_tests::guests::FLAG_RATIO).unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let load = {
-        let (http, url, token, stop) = (
-            s.http.clone(),
-            s.url.clone(),
-            s.client.clone(),
-            stop.clone(),
-        );
+        let (http, url, token, stop) = (s.http.clone(), s.url.clone(), s.client.clone(), stop.clone());
         tokio::spawn(async move {
             let mut tasks = tokio::task::JoinSet::new();
             for lane in 0..4 {
-                let (http, url, token, stop) =
-                    (http.clone(), url.clone(), token.clone(), stop.clone());
+                let (http, url, token, stop) = (http.clone(), url.clone(), token.clone(), stop.clone());
                 tasks.spawn(async move {
                     let mut ids = Vec::new();
                     let mut i = 0;
@@ -120,12 +107,7 @@ async fn hot_swaps_under_load_stamp_every_decision_with_loaded_code(backend: Bac
                     ids
                 });
             }
-            tasks
-                .join_all()
-                .await
-                .into_iter()
-                .flatten()
-                .collect::<Vec<_>>()
+            tasks.join_all().await.into_iter().flatten().collect::<Vec<_>>()
         })
     };
     for n in 0..100 {
@@ -137,9 +119,7 @@ async fn hot_swaps_under_load_stamp_every_decision_with_loaded_code(backend: Bac
     let mut digests = std::collections::HashSet::new();
     for id in &ids {
         let item = s
-            .wait_for(id, |i| {
-                i["needs_eval_since"].is_null() && i["status"] != "pending_scan"
-            })
+            .wait_for(id, |i| i["needs_eval_since"].is_null() && i["status"] != "pending_scan")
             .await;
         for d in item["decisions"].as_array().unwrap() {
             assert_eq!(d["outcome"], "ok", "{d}");
@@ -167,11 +147,7 @@ async fn hot_swaps_under_load_stamp_every_decision_with_loaded_code(backend: Bac
     let mut checked = 0;
     for id in &ids {
         let details = store.item_details(id).await.unwrap().unwrap();
-        for d in details
-            .decisions
-            .iter()
-            .filter(|d| d.plugin == "flag-ratio")
-        {
+        for d in details.decisions.iter().filter(|d| d.plugin == "flag-ratio") {
             let loaded = history.iter().filter(|h| {
                 h.name.as_deref() == Some("flag-ratio")
                     && h.digest.as_deref() == Some(d.plugin_digest.as_str())
@@ -218,11 +194,7 @@ async fn bad_files_keep_the_previous_version_serving(backend: Backend) {
             std::fs::read(gavel_tests::guests::WRONG_WORLD).unwrap(),
             "gavel:rules/rule",
         ),
-        (
-            "link-spam.wasm",
-            b"\0asm\x01\0\0\0".to_vec(),
-            "core WebAssembly module",
-        ),
+        ("link-spam.wasm", b"\0asm\x01\0\0\0".to_vec(), "core WebAssembly module"),
     ];
     for (name, bytes, reason) in cases {
         deploy(&dir, name, &bytes);
@@ -324,12 +296,13 @@ async fn bad_files_keep_the_previous_version_serving(backend: Backend) {
     assert!(
         history
             .iter()
-            .any(|h| h["status"] == "failed"
-                && h["path"].as_str().unwrap().ends_with("native.cwasm"))
+            .any(|h| h["status"] == "failed" && h["path"].as_str().unwrap().ends_with("native.cwasm"))
     );
-    assert!(history.iter().any(|h| h["name"] == "link-spam"
-        && h["status"] == "retired"
-        && !h["unloaded_at"].is_null()));
+    assert!(
+        history
+            .iter()
+            .any(|h| h["name"] == "link-spam" && h["status"] == "retired" && !h["unloaded_at"].is_null())
+    );
     s.stop().await.unwrap();
 }
 
@@ -338,10 +311,7 @@ async fn bad_files_keep_the_previous_version_serving(backend: Backend) {
 async fn a_file_written_in_chunks_is_never_run_half_written(backend: Backend) {
     let s = TestServer::start(backend).await;
     let dir = s.config.plugin_dir.clone();
-    let bytes = variant(
-        &std::fs::read(gavel_tests::guests::DUPLICATE_BURST).unwrap(),
-        42,
-    );
+    let bytes = variant(&std::fs::read(gavel_tests::guests::DUPLICATE_BURST).unwrap(), 42);
     let final_digest = gavel::rules::Digest::of(&bytes).to_hex();
     let load = {
         let (http, url, token) = (s.http.clone(), s.url.clone(), s.client.clone());
@@ -378,14 +348,10 @@ async fn a_file_written_in_chunks_is_never_run_half_written(backend: Backend) {
         plugin(&plugins(&s).await, "duplicate-burst").is_some_and(|p| p["digest"] == final_digest)
     })
     .await;
-    let original =
-        gavel::rules::Digest::of(&std::fs::read(gavel_tests::guests::DUPLICATE_BURST).unwrap())
-            .to_hex();
+    let original = gavel::rules::Digest::of(&std::fs::read(gavel_tests::guests::DUPLICATE_BURST).unwrap()).to_hex();
     for id in &ids {
         let item = s
-            .wait_for(id, |i| {
-                i["needs_eval_since"].is_null() && i["status"] != "pending_scan"
-            })
+            .wait_for(id, |i| i["needs_eval_since"].is_null() && i["status"] != "pending_scan")
             .await;
         for d in item["decisions"]
             .as_array()
@@ -433,11 +399,7 @@ async fn a_restart_loads_compiled_code_from_the_cache(backend: Backend) {
 /// reloads the settings (here: from shadow to enforce).
 async fn a_shadow_plugin_never_changes_a_status(backend: Backend) {
     let s = TestServer::start_with(backend, |c| {
-        std::fs::copy(
-            gavel_tests::guests::MISBEHAVE,
-            c.plugin_dir.join("strict.wasm"),
-        )
-        .unwrap();
+        std::fs::copy(gavel_tests::guests::MISBEHAVE, c.plugin_dir.join("strict.wasm")).unwrap();
         std::fs::write(
             c.plugin_dir.join("strict.toml"),
             "mode = \"shadow\"\n[config]\nmode = \"verdict\"\nverdict = \"reject\"\n",
@@ -451,14 +413,9 @@ async fn a_shadow_plugin_never_changes_a_status(backend: Backend) {
     }
     for id in &ids {
         let item = s
-            .wait_for(id, |i| {
-                i["needs_eval_since"].is_null() && i["status"] != "pending_scan"
-            })
+            .wait_for(id, |i| i["needs_eval_since"].is_null() && i["status"] != "pending_scan")
             .await;
-        assert_eq!(
-            item["status"], "visible",
-            "a shadow plugin never changes a status"
-        );
+        assert_eq!(item["status"], "visible", "a shadow plugin never changes a status");
         let shadow: Vec<&Value> = item["decisions"]
             .as_array()
             .unwrap()

@@ -23,12 +23,10 @@ fn example_plugins_pass_their_cases_through_the_runtime() {
         assert!(cases.len() >= 5, "{}: too few cases", plugin.info.name);
         for case in cases {
             let e = evaluate_spec(engine, &plugin, &case.snapshot);
-            let d = e.decision.as_ref().unwrap_or_else(|| {
-                panic!(
-                    "{} / {}: {:?} {:?}",
-                    plugin.info.name, case.name, e.outcome, e.error
-                )
-            });
+            let d = e
+                .decision
+                .as_ref()
+                .unwrap_or_else(|| panic!("{} / {}: {:?} {:?}", plugin.info.name, case.name, e.outcome, e.error));
             if let Err(why) = case.expect.check(d.verdict.as_str(), &d.labels) {
                 panic!("{} / {}: {why}", plugin.info.name, case.name);
             }
@@ -68,12 +66,7 @@ fn infinite_loop_times_out_within_deadline_while_healthy_traffic_flows() {
             let stop = Instant::now() + Duration::from_millis(1500);
             while Instant::now() < stop {
                 let e = engine.evaluate(&healthy, &snapshot("hello", &[]));
-                assert_eq!(
-                    e.outcome,
-                    Outcome::Ok,
-                    "healthy evaluation failed: {:?}",
-                    e.error
-                );
+                assert_eq!(e.outcome, Outcome::Ok, "healthy evaluation failed: {:?}", e.error);
                 ok += 1;
             }
             ok
@@ -130,10 +123,7 @@ fn a_secret_left_in_memory_is_not_visible_to_the_next_evaluation() {
     let plugin = load(engine, guests::MISBEHAVE);
     for i in 0..50 {
         let secret = format!("hunter{i}");
-        let e = engine.evaluate(
-            &plugin,
-            &snapshot("x", &[("mode", "secret"), ("secret", &secret)]),
-        );
+        let e = engine.evaluate(&plugin, &snapshot("x", &[("mode", "secret"), ("secret", &secret)]));
         assert_eq!(
             e.decision.unwrap().reason,
             "saw nothing",
@@ -169,25 +159,15 @@ fn a_thousand_healthy_evaluations_interleaved_with_failing_ones_all_succeed() {
     );
     for i in 0..1000 {
         let e = engine.evaluate(&healthy, &held);
-        assert_eq!(
-            e.outcome,
-            Outcome::Ok,
-            "healthy evaluation {i}: {:?}",
-            e.error
-        );
+        assert_eq!(e.outcome, Outcome::Ok, "healthy evaluation {i}: {:?}", e.error);
         assert_eq!(e.decision.unwrap().verdict, gavel::verdict::Verdict::Hold);
-        let bad = engine.evaluate(
-            &failing,
-            &snapshot("x", &[("mode", modes[i % modes.len()])]),
-        );
+        let bad = engine.evaluate(&failing, &snapshot("x", &[("mode", modes[i % modes.len()])]));
         assert_ne!(bad.outcome, Outcome::Ok);
     }
 }
 
 fn load_error(engine: &RuleEngine, path: &Path) -> (String, LoadErrorKind) {
-    let err = engine
-        .load_file(path)
-        .expect_err("a bad file must not load");
+    let err = engine.load_file(path).expect_err("a bad file must not load");
     (err.to_string(), err.kind)
 }
 
@@ -198,9 +178,7 @@ fn bad_plugin_files_get_a_clear_error_naming_file_and_reason() {
     let good = std::fs::read(guests::LINK_SPAM).unwrap();
 
     let random = dir.path().join("random.wasm");
-    let noise: Vec<u8> = (0..4096u32)
-        .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
-        .collect();
+    let noise: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
     std::fs::write(&random, &noise).unwrap();
     let (msg, kind) = load_error(engine, &random);
     assert!(matches!(kind, LoadErrorKind::NotWasm), "{msg}");
@@ -229,10 +207,7 @@ fn bad_plugin_files_get_a_clear_error_naming_file_and_reason() {
     std::fs::write(&core, b"\0asm\x01\0\0\0").unwrap();
     let (msg, kind) = load_error(engine, &core);
     assert!(matches!(kind, LoadErrorKind::CoreModule), "{msg}");
-    assert!(
-        msg.contains("core.wasm") && msg.contains("not a component"),
-        "{msg}"
-    );
+    assert!(msg.contains("core.wasm") && msg.contains("not a component"), "{msg}");
 
     let oversized = dir.path().join("oversized.wasm");
     let mut big = good.clone();

@@ -47,13 +47,7 @@ async fn create(store: &SharedStore, id: &str) -> Item {
     }
 }
 
-fn request(
-    id: &str,
-    version: i64,
-    from: ItemStatus,
-    to: ItemStatus,
-    actor: Actor,
-) -> TransitionRequest {
+fn request(id: &str, version: i64, from: ItemStatus, to: ItemStatus, actor: Actor) -> TransitionRequest {
     TransitionRequest {
         item_id: id.into(),
         expected_version: version,
@@ -65,6 +59,7 @@ fn request(
         reason: "test".into(),
         correlation_id: "test".into(),
         now: now_ms(),
+        reversed_decisions: Vec::new(),
     }
 }
 
@@ -93,19 +88,11 @@ async fn concurrent_transitions_from_one_state_have_one_winner(store: SharedStor
     for round in 0..5 {
         let id = format!("item-p2-{round}");
         create(&store, &id).await;
-        let targets = [
-            ItemStatus::Visible,
-            ItemStatus::HeldForReview,
-            ItemStatus::Rejected,
-        ];
+        let targets = [ItemStatus::Visible, ItemStatus::HeldForReview, ItemStatus::Rejected];
         let mut tasks = tokio::task::JoinSet::new();
         for i in 0..32 {
             let store = store.clone();
-            let actor = if i % 2 == 0 {
-                Actor::Moderator
-            } else {
-                Actor::Rules
-            };
+            let actor = if i % 2 == 0 { Actor::Moderator } else { Actor::Rules };
             let req = request(&id, 1, ItemStatus::PendingScan, targets[i % 3], actor);
             tasks.spawn(async move { store.transition(&req).await.unwrap() });
         }
@@ -117,11 +104,7 @@ async fn concurrent_transitions_from_one_state_have_one_winner(store: SharedStor
         assert_eq!(applied.len(), 1, "round {round}: {results:?}");
         assert_eq!(applied[0], &Transition::Applied { version: 2 });
         let details = store.item_details(&id).await.unwrap().unwrap();
-        assert_eq!(
-            details.transitions.len(),
-            2,
-            "creation + exactly one transition"
-        );
+        assert_eq!(details.transitions.len(), 2, "creation + exactly one transition");
         assert_eq!(details.item.version, 2);
         assert_eq!(details.transitions[1].to_status, details.item.status);
     }
@@ -142,13 +125,7 @@ async fn automated_changes_are_refused_after_a_moderator_decided(store: SharedSt
         store.transition(&manual).await.unwrap(),
         Transition::Applied { version: 2 }
     );
-    let auto = request(
-        "item-m",
-        2,
-        ItemStatus::Visible,
-        ItemStatus::Rejected,
-        Actor::Rules,
-    );
+    let auto = request("item-m", 2, ItemStatus::Visible, ItemStatus::Rejected, Actor::Rules);
     assert_eq!(store.transition(&auto).await.unwrap(), Transition::Stale);
     let commit = EvaluationCommit {
         item_id: "item-m".into(),
@@ -161,22 +138,13 @@ async fn automated_changes_are_refused_after_a_moderator_decided(store: SharedSt
         correlation_id: "c".into(),
         now: now_ms(),
     };
-    assert_eq!(
-        store.commit_evaluation(&commit).await.unwrap(),
-        CommitOutcome::Stale
-    );
+    assert_eq!(store.commit_evaluation(&commit).await.unwrap(), CommitOutcome::Stale);
     let d = store.item_details("item-m").await.unwrap().unwrap();
     assert_eq!(d.item.status, ItemStatus::Visible);
     assert_eq!(d.item.decided_by, Some(Actor::Moderator));
     assert!(d.decisions.is_empty(), "a refused commit writes nothing");
     // The moderator may still change their mind.
-    let again = request(
-        "item-m",
-        2,
-        ItemStatus::Visible,
-        ItemStatus::Rejected,
-        Actor::Moderator,
-    );
+    let again = request("item-m", 2, ItemStatus::Visible, ItemStatus::Rejected, Actor::Moderator);
     assert_eq!(
         store.transition(&again).await.unwrap(),
         Transition::Applied { version: 3 }
@@ -240,20 +208,13 @@ async fn evaluation_commits_are_fenced_and_keep_late_events_scheduled(store: Sha
         vec!["item-e".to_string()]
     );
     // The same snapshot committed again (a second worker after lease loss) is refused.
-    assert_eq!(
-        store.commit_evaluation(&commit).await.unwrap(),
-        CommitOutcome::Stale
-    );
+    assert_eq!(store.commit_evaluation(&commit).await.unwrap(), CommitOutcome::Stale);
     let d = store.item_details("item-e").await.unwrap().unwrap();
     assert_eq!(d.decisions.len(), 2);
     assert_eq!(d.transitions.len(), 2);
     // A follow-up that saw every event clears the mark without a transition.
     let data = store.snapshot_data("item-e", 0, 0).await.unwrap().unwrap();
-    assert_eq!(
-        data.trigger.len(),
-        1,
-        "only the event since the last evaluation"
-    );
+    assert_eq!(data.trigger.len(), 1, "only the event since the last evaluation");
     let follow_up = EvaluationCommit {
         snapshot_version: 2,
         snapshot_event_seq: data.item.event_seq,
@@ -265,15 +226,7 @@ async fn evaluation_commits_are_fenced_and_keep_late_events_scheduled(store: Sha
         store.commit_evaluation(&follow_up).await.unwrap(),
         CommitOutcome::Recorded
     );
-    assert_eq!(
-        store
-            .item("item-e")
-            .await
-            .unwrap()
-            .unwrap()
-            .needs_eval_since,
-        None
-    );
+    assert_eq!(store.item("item-e").await.unwrap().unwrap().needs_eval_since, None);
 }
 
 /// Idempotency keys: claimed by the unique constraint, replayed, expired.
@@ -301,10 +254,7 @@ async fn idempotency_keys_claim_replay_and_expire(store: SharedStore) {
     );
     // The first request died: after the lock, the same request takes over.
     assert_eq!(
-        store
-            .idempotency_start(&claim("h1", t0 + 1_500))
-            .await
-            .unwrap(),
+        store.idempotency_start(&claim("h1", t0 + 1_500)).await.unwrap(),
         IdempotencyStart::Started
     );
     let response = IdempotencyResponse {
@@ -318,10 +268,7 @@ async fn idempotency_keys_claim_replay_and_expire(store: SharedStore) {
         .await
         .unwrap();
     assert_eq!(
-        store
-            .idempotency_start(&claim("h1", t0 + 2_000))
-            .await
-            .unwrap(),
+        store.idempotency_start(&claim("h1", t0 + 2_000)).await.unwrap(),
         IdempotencyStart::Replay {
             status: 202,
             body: r#"{"id":"item-i"}"#.into()
@@ -338,10 +285,7 @@ async fn idempotency_keys_claim_replay_and_expire(store: SharedStore) {
     );
     // After the TTL the key is free again, for any request.
     assert_eq!(
-        store
-            .idempotency_start(&claim("h9", t0 + 20_000))
-            .await
-            .unwrap(),
+        store.idempotency_start(&claim("h9", t0 + 20_000)).await.unwrap(),
         IdempotencyStart::Started
     );
     assert!(store.idempotency_expire(t0 + 100_000).await.unwrap() >= 2);
@@ -378,13 +322,7 @@ async fn review_queue_pages_without_gaps(store: SharedStore) {
     for i in 0..7 {
         let id = format!("item-r{i}");
         create(&store, &id).await;
-        let hold = request(
-            &id,
-            1,
-            ItemStatus::PendingScan,
-            ItemStatus::HeldForReview,
-            Actor::Rules,
-        );
+        let hold = request(&id, 1, ItemStatus::PendingScan, ItemStatus::HeldForReview, Actor::Rules);
         store.transition(&hold).await.unwrap();
     }
     let mut seen = Vec::new();

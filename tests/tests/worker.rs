@@ -36,17 +36,12 @@ async fn submit(s: &TestServer, author: &str, text: &str) -> String {
         .json()
         .await
         .unwrap();
-    r["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{r}"))
-        .to_string()
+    r["id"].as_str().unwrap_or_else(|| panic!("{r}")).to_string()
 }
 
 async fn settled(s: &TestServer, id: &str) -> Value {
-    s.wait_for(id, |i| {
-        i["needs_eval_since"].is_null() && i["status"] != "pending_scan"
-    })
-    .await
+    s.wait_for(id, |i| i["needs_eval_since"].is_null() && i["status"] != "pending_scan")
+        .await
 }
 
 fn async_decisions_of<'a>(item: &'a Value, plugin: &str) -> Vec<&'a Value> {
@@ -63,17 +58,9 @@ fn async_decisions_of<'a>(item: &'a Value, plugin: &str) -> Vec<&'a Value> {
 fn assert_one_chain(item: &Value) {
     let t = item["transitions"].as_array().unwrap();
     for (i, tr) in t.iter().enumerate() {
-        assert_eq!(
-            tr["version"],
-            i as i64 + 1,
-            "versions strictly increasing: {t:#?}"
-        );
+        assert_eq!(tr["version"], i as i64 + 1, "versions strictly increasing: {t:#?}");
         if i > 0 {
-            assert_eq!(
-                tr["from_status"],
-                t[i - 1]["to_status"],
-                "fork in the chain: {t:#?}"
-            );
+            assert_eq!(tr["from_status"], t[i - 1]["to_status"], "fork in the chain: {t:#?}");
         }
     }
     assert_eq!(item["version"], t.len() as i64);
@@ -153,9 +140,7 @@ async fn concurrent_events_on_many_items_form_one_chain_each(backend: Backend) {
         let item = s
             .wait_for(id, |i| {
                 i["needs_eval_since"].is_null()
-                    && i["counters"]["flag"].as_i64().unwrap_or(0)
-                        + i["counters"]["upvote"].as_i64().unwrap_or(0)
-                        == 20
+                    && i["counters"]["flag"].as_i64().unwrap_or(0) + i["counters"]["upvote"].as_i64().unwrap_or(0) == 20
             })
             .await;
         assert_one_chain(&item);
@@ -182,11 +167,7 @@ async fn a_lost_lease_never_applies_twice(backend: Backend) {
         c.evaluation.debounce.window_ms = 10;
         c.evaluation.debounce.max_wait_ms = 10;
         c.limits.async_deadline = Duration::from_secs(5);
-        std::fs::copy(
-            gavel_tests::guests::MISBEHAVE,
-            c.plugin_dir.join("slow.wasm"),
-        )
-        .unwrap();
+        std::fs::copy(gavel_tests::guests::MISBEHAVE, c.plugin_dir.join("slow.wasm")).unwrap();
         std::fs::write(
             c.plugin_dir.join("slow.toml"),
             "[limits]\nasync_deadline_ms = 5000\n[config]\nmode = \"spin\"\nspin_ms = 1200\n",
@@ -208,33 +189,13 @@ async fn a_lost_lease_never_applies_twice(backend: Backend) {
         })
         .await;
     // Give the second (late) evaluation time to try its commit.
-    let stale = || {
-        a.stats
-            .stale_commits
-            .load(std::sync::atomic::Ordering::Relaxed)
-            + b.as_ref().map_or(0, |b| {
-                b.stats
-                    .stale_commits
-                    .load(std::sync::atomic::Ordering::Relaxed)
-            })
-    };
+    let stale = || a.metrics.stale_commits.get() + b.as_ref().map_or(0, |b| b.metrics.stale_commits.get());
     let deadline = Instant::now() + Duration::from_secs(10);
     while stale() == 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(
-        stale() >= 1,
-        "the late commit was not refused (or never raced)"
-    );
-    let lost = a
-        .stats
-        .leases_lost
-        .load(std::sync::atomic::Ordering::Relaxed)
-        + b.as_ref().map_or(0, |b| {
-            b.stats
-                .leases_lost
-                .load(std::sync::atomic::Ordering::Relaxed)
-        });
+    assert!(stale() >= 1, "the late commit was not refused (or never raced)");
+    let lost = a.metrics.leases_lost.get() + b.as_ref().map_or(0, |b| b.metrics.leases_lost.get());
     assert!(lost >= 1, "a lease should have expired under the slow rule");
     let item = a.wait_for(&id, |i| i["version"] == item["version"]).await;
     let transitions = item["transitions"].as_array().unwrap();
@@ -256,11 +217,7 @@ async fn a_lost_lease_never_applies_twice(backend: Backend) {
 /// number of times, dead-lettered once, other items keep flowing, and the
 /// dead letter can be replayed.
 async fn host_failures_are_retried_then_dead_lettered_and_replayable(backend: Backend) {
-    assert_eq!(
-        backend,
-        Backend::Sqlite,
-        "corrupts a row through SQLite's PRAGMA"
-    );
+    assert_eq!(backend, Backend::Sqlite, "corrupts a row through SQLite's PRAGMA");
     let s = TestServer::start_with(backend, |c| {
         c.evaluation.max_attempts = 3;
         c.evaluation.retry_base_ms = 20;
@@ -312,16 +269,8 @@ async fn host_failures_are_retried_then_dead_lettered_and_replayable(backend: Ba
     assert_eq!(letters[0]["item_id"], id);
     assert_eq!(letters[0]["attempts"], 3);
     assert!(letters[0]["last_error"].as_str().unwrap().contains("bogus"));
-    assert_eq!(
-        s.stats
-            .dead_letters
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1
-    );
-    assert_eq!(
-        s.stats.retries.load(std::sync::atomic::Ordering::Relaxed),
-        2
-    );
+    assert_eq!(s.metrics.dead_letters.get(), 1);
+    assert_eq!(s.metrics.retries.get(), 2);
     // Other items keep flowing.
     let other = submit(&s, "bystander", "another fine text").await;
     settled(&s, &other).await;
@@ -329,20 +278,14 @@ async fn host_failures_are_retried_then_dead_lettered_and_replayable(backend: Ba
     corrupt("visible").await;
     let letter_id = letters[0]["id"].as_i64().unwrap();
     let r = s
-        .post(
-            &format!("/v1/dead-letters/{letter_id}/replay"),
-            &s.moderator,
-        )
+        .post(&format!("/v1/dead-letters/{letter_id}/replay"), &s.moderator)
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 202);
     settled(&s, &id).await;
     let r = s
-        .post(
-            &format!("/v1/dead-letters/{letter_id}/replay"),
-            &s.moderator,
-        )
+        .post(&format!("/v1/dead-letters/{letter_id}/replay"), &s.moderator)
         .send()
         .await
         .unwrap();
@@ -392,12 +335,7 @@ async fn redis_killed_loses_nothing(backend: Backend) {
             r.status()
         );
         if r.status() == 202 {
-            ids.push(
-                r.json::<Value>().await.unwrap()["id"]
-                    .as_str()
-                    .unwrap()
-                    .to_string(),
-            );
+            ids.push(r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string());
         } else {
             assert!(r.headers().contains_key("retry-after"));
         }
@@ -405,9 +343,7 @@ async fn redis_killed_loses_nothing(backend: Backend) {
     redis.restart();
     for id in &ids {
         let item = s
-            .wait_for(id, |i| {
-                i["needs_eval_since"].is_null() && i["status"] != "pending_scan"
-            })
+            .wait_for(id, |i| i["needs_eval_since"].is_null() && i["status"] != "pending_scan")
             .await;
         assert_one_chain(&item);
     }
@@ -421,11 +357,7 @@ async fn a_trapping_plugin_is_recorded_then_quarantined(backend: Backend) {
     let s = TestServer::start_with(backend, |c| {
         coordinator_for(backend, c, "q3");
         c.limits.quarantine_after = 3;
-        std::fs::copy(
-            gavel_tests::guests::MISBEHAVE,
-            c.plugin_dir.join("trapper.wasm"),
-        )
-        .unwrap();
+        std::fs::copy(gavel_tests::guests::MISBEHAVE, c.plugin_dir.join("trapper.wasm")).unwrap();
         std::fs::write(
             c.plugin_dir.join("trapper.toml"),
             "[config]\nmode = \"trap-on\"\ntrap_on = \"poison\"\n",
@@ -436,10 +368,7 @@ async fn a_trapping_plugin_is_recorded_then_quarantined(backend: Backend) {
     let spam = "poison http://a.example http://b.example http://c.example http://d.example";
     let first = submit(&s, "q3-0", spam).await;
     let item = settled(&s, &first).await;
-    assert_eq!(
-        item["status"], "held_for_review",
-        "decided by the other plugins"
-    );
+    assert_eq!(item["status"], "held_for_review", "decided by the other plugins");
     let trapped = async_decisions_of(&item, "misbehave");
     assert_eq!(trapped.len(), 1);
     assert_eq!(trapped[0]["outcome"], "trap");
@@ -499,10 +428,7 @@ async fn a_lagging_queue_holds_new_submissions(backend: Backend) {
             .unwrap();
         if r["status"] == "held_for_review" {
             let item: Value = s
-                .get(
-                    &format!("/v1/items/{}", r["id"].as_str().unwrap()),
-                    &s.moderator,
-                )
+                .get(&format!("/v1/items/{}", r["id"].as_str().unwrap()), &s.moderator)
                 .send()
                 .await
                 .unwrap()
@@ -528,10 +454,7 @@ async fn a_lagging_queue_holds_new_submissions(backend: Backend) {
         .json()
         .await
         .unwrap();
-    assert_eq!(
-        item["status"], "pending_scan",
-        "an api-only process evaluates nothing"
-    );
+    assert_eq!(item["status"], "pending_scan", "an api-only process evaluates nothing");
     s.stop().await.unwrap();
 }
 

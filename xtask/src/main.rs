@@ -16,19 +16,13 @@ use anyhow::{Context, bail};
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
     std::env::set_current_dir(&root)?;
     match args.first().map(String::as_str) {
         Some("run") => run(&root),
         Some("test") => test(&root),
         Some("build-plugins") => {
-            let dir = args
-                .get(1)
-                .map(PathBuf::from)
-                .unwrap_or_else(|| root.join("plugins"));
+            let dir = args.get(1).map(PathBuf::from).unwrap_or_else(|| root.join("plugins"));
             build_plugins(&root, &dir).map(|_| ())
         }
         _ => {
@@ -44,9 +38,7 @@ fn cargo() -> String {
 
 fn sh(cmd: &mut Command) -> anyhow::Result<()> {
     eprintln!("$ {}", describe(cmd));
-    let status = cmd
-        .status()
-        .with_context(|| format!("running {}", describe(cmd)))?;
+    let status = cmd.status().with_context(|| format!("running {}", describe(cmd)))?;
     if !status.success() {
         bail!("{} failed ({status})", describe(cmd));
     }
@@ -104,8 +96,8 @@ fn build_plugins(root: &Path, dir: &Path) -> anyhow::Result<Vec<(PathBuf, PathBu
         .map(|g| (g.clone(), root.join("plugins").join(&g.name)))
         .collect::<Vec<_>>();
     let py = root.join("plugins/python/shouting");
-    let guest = build_python_guest(&py, &root.join("wit"), &target.join("python/shouting.wasm"))
-        .map_err(anyhow::Error::msg)?;
+    let guest =
+        build_python_guest(&py, &root.join("wit"), &target.join("python/shouting.wasm")).map_err(anyhow::Error::msg)?;
     built.push((guest, py));
 
     std::fs::create_dir_all(dir)?;
@@ -114,8 +106,7 @@ fn build_plugins(root: &Path, dir: &Path) -> anyhow::Result<Vec<(PathBuf, PathBu
         let dest = dir.join(format!("{}.wasm", guest.name));
         // Copy then rename: the plugin directory never holds a half-written file.
         let tmp = dir.join(format!(".{}.wasm.tmp", guest.name));
-        std::fs::copy(&guest.wasm, &tmp)
-            .with_context(|| format!("copying {}", guest.wasm.display()))?;
+        std::fs::copy(&guest.wasm, &tmp).with_context(|| format!("copying {}", guest.wasm.display()))?;
         std::fs::rename(&tmp, &dest)?;
         deployed.push((dest, src.join("cases.json")));
     }
@@ -171,16 +162,11 @@ fn ensure_postgres() -> anyhow::Result<()> {
         sh(Command::new("apt-get").arg("update").arg("-qq"))?;
         sh(Command::new("apt-get").args(["install", "-y", "-qq", "postgresql"]))?;
     }
-    let bin =
-        debian_bin().context("PostgreSQL installed, but no /usr/lib/postgresql/*/bin/initdb")?;
+    let bin = debian_bin().context("PostgreSQL installed, but no /usr/lib/postgresql/*/bin/initdb")?;
     let path = std::env::var("PATH").unwrap_or_default();
     // SAFETY: xtask has one thread; the children it spawns inherit this PATH.
     unsafe { std::env::set_var("PATH", format!("{}:{path}", bin.display())) };
-    anyhow::ensure!(
-        on_path(),
-        "initdb still not runnable from {}",
-        bin.display()
-    );
+    anyhow::ensure!(on_path(), "initdb still not runnable from {}", bin.display());
     Ok(())
 }
 

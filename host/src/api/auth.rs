@@ -67,10 +67,7 @@ fn unauthorized(message: &str) -> ApiError {
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         let header = parts
             .headers
             .get(axum::http::header::AUTHORIZATION)
@@ -81,10 +78,7 @@ impl FromRequestParts<AppState> for Caller {
             .and_then(|h| h.strip_prefix("Bearer "))
             .map(str::trim)
             .ok_or_else(|| unauthorized("expected `Authorization: Bearer TOKEN`"))?;
-        state
-            .tokens
-            .verify(token)
-            .ok_or_else(|| unauthorized("unknown token"))
+        state.tokens.verify(token).ok_or_else(|| unauthorized("unknown token"))
     }
 }
 
@@ -94,10 +88,7 @@ pub struct Moderator(pub Caller);
 impl FromRequestParts<AppState> for Moderator {
     type Rejection = ApiError;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         let caller = Caller::from_request_parts(parts, state).await?;
         if caller.role != Role::Moderator {
             return Err(ApiError::new(

@@ -44,11 +44,7 @@ impl ApiError {
     }
 
     pub fn not_found(what: &str) -> Self {
-        Self::new(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("{what} not found"),
-        )
+        Self::new(StatusCode::NOT_FOUND, "not_found", format!("{what} not found"))
     }
 
     pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
@@ -102,26 +98,20 @@ impl IntoResponse for ApiError {
 impl From<JsonRejection> for ApiError {
     fn from(r: JsonRejection) -> Self {
         match r {
-            JsonRejection::JsonDataError(e) => ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_body",
-                e.body_text(),
-            ),
-            JsonRejection::JsonSyntaxError(e) => {
-                ApiError::bad_request("invalid_json", e.body_text())
+            JsonRejection::JsonDataError(e) => {
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_body", e.body_text())
             }
+            JsonRejection::JsonSyntaxError(e) => ApiError::bad_request("invalid_json", e.body_text()),
             JsonRejection::MissingJsonContentType(_) => ApiError::new(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "unsupported_media_type",
                 "expected `Content-Type: application/json`",
             ),
-            JsonRejection::BytesRejection(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-                ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "body_too_large",
-                    "request body is too large",
-                )
-            }
+            JsonRejection::BytesRejection(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                "request body is too large",
+            ),
             other => ApiError::bad_request("invalid_body", other.body_text()),
         }
     }
@@ -158,19 +148,17 @@ where
                 "expected `Content-Type: application/json`",
             ));
         }
-        let bytes = axum::body::Bytes::from_request(req, state)
-            .await
-            .map_err(|e| {
-                if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::new(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        "body_too_large",
-                        "request body is too large",
-                    )
-                } else {
-                    ApiError::bad_request("invalid_body", e.body_text())
-                }
-            })?;
+        let bytes = axum::body::Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "body_too_large",
+                    "request body is too large",
+                )
+            } else {
+                ApiError::bad_request("invalid_body", e.body_text())
+            }
+        })?;
         if nesting_depth(&bytes) > MAX_JSON_DEPTH {
             return Err(ApiError::bad_request(
                 "invalid_json",
@@ -219,9 +207,7 @@ fn json_content_type(headers: &axum::http::HeaderMap) -> bool {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split(';').next())
         .map(|m| m.trim().to_ascii_lowercase())
-        .is_some_and(|m| {
-            m == "application/json" || (m.starts_with("application/") && m.ends_with("+json"))
-        })
+        .is_some_and(|m| m == "application/json" || (m.starts_with("application/") && m.ends_with("+json")))
 }
 
 #[cfg(test)]

@@ -9,8 +9,8 @@ use crate::judge::{judge, snapshot_of};
 use crate::rules::Phase;
 use crate::status::ItemStatus;
 use crate::store::{
-    CreateOutcome, DecisionRecord, EventKind, EventOutcome, IdempotencyClaim, IdempotencyResponse,
-    IdempotencyStart, Item, NewEvent, NewItem, SnapshotData, TransitionRecord, now_ms,
+    CreateOutcome, DecisionRecord, EventKind, EventOutcome, IdempotencyClaim, IdempotencyResponse, IdempotencyStart,
+    Item, NewEvent, NewItem, SnapshotData, TransitionRecord, now_ms,
 };
 use crate::verdict::Verdict;
 use axum::extract::State;
@@ -108,10 +108,7 @@ fn check_len(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
     if value.len() > max {
         return Err(ApiError::bad_request(
             "invalid_body",
-            format!(
-                "`{field}` is {} bytes, over the limit of {max}",
-                value.len()
-            ),
+            format!("`{field}` is {} bytes, over the limit of {max}", value.len()),
         ));
     }
     Ok(())
@@ -122,9 +119,7 @@ pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> 
     let Some(raw) = headers.get("idempotency-key") else {
         return Ok(None);
     };
-    let bad = |why: &str| {
-        ApiError::bad_request("invalid_idempotency_key", format!("Idempotency-Key {why}"))
-    };
+    let bad = |why: &str| ApiError::bad_request("invalid_idempotency_key", format!("Idempotency-Key {why}"));
     let key = raw.to_str().map_err(|_| bad("must be printable ASCII"))?;
     if key.is_empty() {
         return Err(bad("must not be empty"));
@@ -158,10 +153,8 @@ fn request_hash(route: &str, body: &impl Serialize) -> String {
 fn replay(status: u16, body: String) -> Response {
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
     let mut r = (status, body).into_response();
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r.headers_mut()
         .insert("idempotent-replayed", HeaderValue::from_static("true"));
     r
@@ -169,15 +162,19 @@ fn replay(status: u16, body: String) -> Response {
 
 fn json_response(status: StatusCode, body: String) -> Response {
     let mut r = (status, body).into_response();
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r
 }
 
 /// Claims an idempotency key; `Err` carries the response to send instead.
-async fn claim_key(state: &AppState, scope: &str, key: &str, hash: String) -> Result<(), Response> {
+async fn claim_key(
+    state: &AppState,
+    route: &'static str,
+    scope: &str,
+    key: &str,
+    hash: String,
+) -> Result<(), Response> {
     let ingest = &state.config.ingest;
     let claim = IdempotencyClaim {
         scope: scope.to_string(),
@@ -189,7 +186,14 @@ async fn claim_key(state: &AppState, scope: &str, key: &str, hash: String) -> Re
     };
     match state.store.idempotency_start(&claim).await {
         Ok(IdempotencyStart::Started) => Ok(()),
-        Ok(IdempotencyStart::Replay { status, body }) => Err(replay(status, body)),
+        Ok(IdempotencyStart::Replay { status, body }) => {
+            state
+                .metrics
+                .idempotency_replays
+                .get_or_create(&crate::metrics::RouteLabel { route })
+                .inc();
+            Err(replay(status, body))
+        }
         Ok(IdempotencyStart::InFlight) => Err(ApiError::conflict(
             "idempotency_key_in_flight",
             "a request with this Idempotency-Key is still being processed",
@@ -217,9 +221,7 @@ async fn release_key(state: &AppState, scope: &str, key: Option<&str>) {
 
 fn rate_limited(limiter: &super::RateLimiter, key: String) -> Result<(), ApiError> {
     limiter.check_key(&key).map_err(|not_until| {
-        let wait = not_until.wait_time_from(governor::clock::Clock::now(
-            &governor::clock::DefaultClock::default(),
-        ));
+        let wait = not_until.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default()));
         ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "rate_limited",
@@ -272,17 +274,12 @@ pub async fn submit(
         idempotency_key = key.as_deref().unwrap_or(""),
         request_id = %correlation_id
     );
-    async move {
+    let result = async {
         rate_limited(&state.client_limiter, caller.name.clone())?;
 
         if let Some(key) = &key
-            && let Err(response) = claim_key(
-                &state,
-                &caller.name,
-                key,
-                request_hash("POST /v1/items", &req),
-            )
-            .await
+            && let Err(response) =
+                claim_key(&state, "items", &caller.name, key, request_hash("POST /v1/items", &req)).await
         {
             return Ok(response);
         }
@@ -298,7 +295,27 @@ pub async fn submit(
         result
     }
     .instrument(span)
-    .await
+    .await;
+    state.metrics.submission(submission_outcome(&result));
+    result
+}
+
+/// The `outcome` label of a submission's answer.
+fn submission_outcome(result: &Result<Response, ApiError>) -> &'static str {
+    match result {
+        Ok(r) if r.headers().contains_key("idempotent-replayed") => "replayed",
+        Ok(r) => match r.extensions().get::<ItemStatus>() {
+            Some(ItemStatus::Rejected) => "rejected_sync",
+            Some(ItemStatus::HeldForReview) => "held_sync",
+            _ if r.status() == StatusCode::CONFLICT => "conflict",
+            _ if r.status() == StatusCode::UNPROCESSABLE_ENTITY => "key_mismatch",
+            _ => "accepted",
+        },
+        Err(e) if e.status == StatusCode::TOO_MANY_REQUESTS => "rate_limited",
+        Err(e) if e.status == StatusCode::CONFLICT => "conflict",
+        Err(e) if e.status == StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+        Err(_) => "invalid",
+    }
 }
 
 async fn create(
@@ -315,8 +332,7 @@ async fn create(
         .store
         .fingerprint_count(&req.author, &fingerprint, now - ingest.duplicate_window_ms)
         .await?;
-    let context = serde_json::to_string(&req.context.clone().unwrap_or_default())
-        .expect("a JSON map serializes");
+    let context = serde_json::to_string(&req.context.clone().unwrap_or_default()).expect("a JSON map serializes");
     let id = uuid::Uuid::now_v7().to_string();
 
     // Sync-phase rules, inline under their tight deadline.
@@ -348,13 +364,14 @@ async fn create(
         trigger: Vec::new(),
     };
     let registry = state.registry.clone();
+    let metrics = state.metrics.clone();
     let fail_closed = state.config.evaluation.fail_closed;
     let judgement = if registry.plugins().iter().any(|p| p.runs_in(Phase::Sync)) {
         let max = registry.engine().limits().max_snapshot_bytes;
         Some(
             tokio::task::spawn_blocking(move || {
                 let mut snapshot = snapshot_of(&data, Phase::Sync, now, max);
-                judge(&registry, &mut snapshot, Phase::Sync, fail_closed)
+                judge(&registry, &mut snapshot, Phase::Sync, fail_closed, &metrics)
             })
             .await
             .map_err(|e| {
@@ -370,6 +387,9 @@ async fn create(
     };
 
     let duplicate_hold = duplicates + 1 >= i64::from(ingest.duplicate_hold_at);
+    if duplicate_hold {
+        state.metrics.fingerprint_duplicates.inc();
+    }
     let sync_verdict = judgement
         .as_ref()
         .and_then(|j| j.verdict)
@@ -382,30 +402,20 @@ async fn create(
             "sync_rules",
             judgement.as_ref().map_or_else(String::new, |j| j.reason()),
         ),
-        Some(Verdict::Hold)
-            if duplicate_hold
-                && judgement.as_ref().and_then(|j| j.verdict) != Some(Verdict::Hold) =>
-        {
-            (
-                ItemStatus::HeldForReview,
-                "duplicate_text",
-                format!(
-                    "same text from this author {} times in the duplicate window",
-                    duplicates + 1
-                ),
-            )
-        }
+        Some(Verdict::Hold) if duplicate_hold && judgement.as_ref().and_then(|j| j.verdict) != Some(Verdict::Hold) => (
+            ItemStatus::HeldForReview,
+            "duplicate_text",
+            format!(
+                "same text from this author {} times in the duplicate window",
+                duplicates + 1
+            ),
+        ),
         Some(Verdict::Hold) => (
             ItemStatus::HeldForReview,
             "sync_rules",
             judgement.as_ref().map_or_else(String::new, |j| j.reason()),
         ),
-        _ if state
-            .stats
-            .queue_lag_ms
-            .load(std::sync::atomic::Ordering::Relaxed)
-            > state.config.evaluation.degraded_lag_ms =>
-        {
+        _ if state.metrics.queue_lag_seconds.get() * 1000.0 > state.config.evaluation.degraded_lag_ms as f64 => {
             // Degraded mode: evaluation is far behind, so new content waits
             // hidden rather than visible-and-unjudged; it is judged when the
             // queue catches up.
@@ -451,17 +461,16 @@ async fn create(
         status: StatusCode::ACCEPTED.as_u16(),
         body: body.clone(),
     });
-    match state
-        .store
-        .create_item(&new, &decisions, response.as_ref())
-        .await?
-    {
+    match state.store.create_item(&new, &decisions, response.as_ref()).await? {
         CreateOutcome::Created(item) => {
             if item.needs_eval_since.is_some() {
                 state.scheduler.schedule(&item.id, "submit").await;
             }
             tracing::info!(item = %item.id, status = %item.status, "item accepted");
-            Ok(json_response(StatusCode::ACCEPTED, body))
+            let mut response = json_response(StatusCode::ACCEPTED, body);
+            // For the submission-outcome metric.
+            response.extensions_mut().insert(item.status);
+            Ok(response)
         }
         CreateOutcome::DuplicateExternalId { existing_id } => Err(ApiError::conflict(
             "duplicate_external_id",
@@ -498,17 +507,11 @@ pub async fn append_event(
             return Err(ApiError::bad_request("invalid_body", "`edit` needs `text`"));
         }
         (EventKind::Edit, Some(t)) if t.len() > state.config.ingest.max_text_bytes => {
-            return Err(ApiError::bad_request(
-                "invalid_body",
-                "`text` is over the size limit",
-            ));
+            return Err(ApiError::bad_request("invalid_body", "`text` is over the size limit"));
         }
         (EventKind::Edit, _) => {}
         (_, Some(_)) => {
-            return Err(ApiError::bad_request(
-                "invalid_body",
-                "only `edit` carries `text`",
-            ));
+            return Err(ApiError::bad_request("invalid_body", "only `edit` carries `text`"));
         }
         _ => {}
     }
@@ -521,6 +524,7 @@ pub async fn append_event(
     if let Some(key) = &key
         && let Err(response) = claim_key(
             &state,
+            "events",
             &caller.name,
             key,
             request_hash(&format!("POST /v1/items/{id}/events"), &req),
@@ -549,8 +553,7 @@ pub async fn append_event(
         .store
         .append_event(
             &event,
-            key.is_some()
-                .then_some(&respond as &crate::store::EventResponse),
+            key.is_some().then_some(&respond as &crate::store::EventResponse),
         )
         .await;
     let outcome = match outcome {
@@ -608,12 +611,7 @@ pub async fn get_item(
     let Some(d) = details.filter(|d| caller.may_read(&d.item.client)) else {
         return Err(ApiError::not_found("item"));
     };
-    Ok(Json(item_view(
-        d.item,
-        d.counters,
-        d.decisions,
-        d.transitions,
-    )))
+    Ok(Json(item_view(d.item, d.counters, d.decisions, d.transitions)))
 }
 
 pub(super) fn item_view(

@@ -12,9 +12,10 @@ pub use error::{ApiError, ErrorBody};
 pub use items::{EventRequest, EventResponse, ItemView, SubmitRequest, SubmitResponse};
 
 use crate::config::Config;
+use crate::metrics::Metrics;
 use crate::rules::Registry;
 use crate::store::SharedStore;
-use crate::worker::{Scheduler, WorkerStats};
+use crate::worker::Scheduler;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, StatusCode};
@@ -36,8 +37,8 @@ pub struct AppState {
     pub store: SharedStore,
     pub registry: Arc<Registry>,
     pub scheduler: Scheduler,
-    /// The evaluation loop's figures (queue lag drives degraded mode).
-    pub stats: Arc<WorkerStats>,
+    /// Everything `/metrics` exports (the queue lag drives degraded mode).
+    pub metrics: Arc<Metrics>,
     pub tokens: Arc<Tokens>,
     pub client_limiter: Arc<RateLimiter>,
     pub author_limiter: Arc<RateLimiter>,
@@ -49,7 +50,7 @@ impl AppState {
         store: SharedStore,
         registry: Arc<Registry>,
         scheduler: Scheduler,
-        stats: Arc<WorkerStats>,
+        metrics: Arc<Metrics>,
         tokens: Tokens,
     ) -> Self {
         let quota = |rate: u32, burst: u32| {
@@ -58,19 +59,13 @@ impl AppState {
         };
         let i = &config.ingest;
         AppState {
-            client_limiter: Arc::new(RateLimiter::keyed(quota(
-                i.client_rate_per_second,
-                i.client_burst,
-            ))),
-            author_limiter: Arc::new(RateLimiter::keyed(quota(
-                i.author_rate_per_second,
-                i.author_burst,
-            ))),
+            client_limiter: Arc::new(RateLimiter::keyed(quota(i.client_rate_per_second, i.client_burst))),
+            author_limiter: Arc::new(RateLimiter::keyed(quota(i.author_rate_per_second, i.author_burst))),
             config,
             store,
             registry,
             scheduler,
-            stats,
+            metrics,
             tokens: Arc::new(tokens),
         }
     }
@@ -83,7 +78,7 @@ impl AppState {
         items::submit, items::append_event, items::get_item,
         moderation::moderate, moderation::review_queue, moderation::evaluate_now,
         moderation::dead_letters, moderation::replay_dead_letter,
-        system::plugins, system::plugin_history, system::healthz, system::readyz, system::openapi,
+        system::plugins, system::plugin_history, system::healthz, system::readyz, system::metrics, system::openapi,
     ),
     components(schemas(ErrorBody)),
     modifiers(&BearerAuth),
@@ -112,8 +107,7 @@ impl utoipa::Modify for BearerAuth {
 pub fn openapi_json() -> String {
     let mut doc = ApiDoc::openapi();
     doc.openapi = utoipa::openapi::OpenApiVersion::Version31;
-    doc.to_pretty_json()
-        .expect("the OpenAPI document serializes")
+    doc.to_pretty_json().expect("the OpenAPI document serializes")
 }
 
 /// The whole HTTP app.
@@ -127,14 +121,12 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/items/{id}/evaluate", post(moderation::evaluate_now))
         .route("/v1/review-queue", get(moderation::review_queue))
         .route("/v1/dead-letters", get(moderation::dead_letters))
-        .route(
-            "/v1/dead-letters/{id}/replay",
-            post(moderation::replay_dead_letter),
-        )
+        .route("/v1/dead-letters/{id}/replay", post(moderation::replay_dead_letter))
         .route("/v1/plugins", get(system::plugins))
         .route("/v1/plugins/history", get(system::plugin_history))
         .route("/healthz", get(system::healthz))
         .route("/readyz", get(system::readyz))
+        .route("/metrics", get(system::metrics))
         .route("/openapi.json", get(system::openapi))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
@@ -145,9 +137,7 @@ pub fn router(state: AppState) -> Router {
             )
         })
         .layer(DefaultBodyLimit::max(state.config.ingest.max_body_bytes))
-        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
-            panic_response,
-        ))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(panic_response))
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
         .with_state(state)
@@ -158,6 +148,7 @@ pub fn health_router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(system::healthz))
         .route("/readyz", get(system::readyz))
+        .route("/metrics", get(system::metrics))
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,

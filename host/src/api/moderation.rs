@@ -52,10 +52,7 @@ pub async fn moderate(
         ));
     }
     if req.reason.len() > 1024 {
-        return Err(ApiError::bad_request(
-            "invalid_body",
-            "`reason` is over 1 KiB",
-        ));
+        return Err(ApiError::bad_request("invalid_body", "`reason` is over 1 KiB"));
     }
     let if_match = match headers.get(axum::http::header::IF_MATCH) {
         None => None,
@@ -64,12 +61,7 @@ pub async fn moderate(
                 .ok()
                 .map(|s| s.trim().trim_matches('"'))
                 .and_then(|s| s.parse::<i64>().ok())
-                .ok_or_else(|| {
-                    ApiError::bad_request(
-                        "invalid_if_match",
-                        "If-Match must be an item version number",
-                    )
-                })?,
+                .ok_or_else(|| ApiError::bad_request("invalid_if_match", "If-Match must be an item version number"))?,
         ),
     };
     let moderator = req.moderator.clone().unwrap_or_else(|| caller.name.clone());
@@ -84,18 +76,20 @@ pub async fn moderate(
     )
     .await?;
     match outcome {
-        ModerationOutcome::Applied(_) => {
+        ModerationOutcome::Applied { reversed } => {
+            for d in &reversed {
+                state
+                    .metrics
+                    .reversals
+                    .get_or_create(&crate::metrics::Metrics::plugin(&d.plugin, &d.plugin_version))
+                    .inc();
+            }
             let d = state
                 .store
                 .item_details(&id)
                 .await?
                 .ok_or_else(|| ApiError::not_found("item"))?;
-            Ok(Json(item_view(
-                d.item,
-                d.counters,
-                d.decisions,
-                d.transitions,
-            )))
+            Ok(Json(item_view(d.item, d.counters, d.decisions, d.transitions)))
         }
         ModerationOutcome::NotFound => Err(ApiError::not_found("item")),
         ModerationOutcome::VersionMismatch { current } => Err(ApiError::new(
@@ -153,10 +147,7 @@ pub async fn review_queue(
 ) -> Result<Json<ReviewQueuePage>, ApiError> {
     let limit = q.limit.unwrap_or(50);
     if !(1..=500).contains(&limit) {
-        return Err(ApiError::bad_request(
-            "invalid_query",
-            "limit must be 1-500",
-        ));
+        return Err(ApiError::bad_request("invalid_query", "limit must be 1-500"));
     }
     let cursor = q
         .cursor
@@ -164,9 +155,7 @@ pub async fn review_queue(
         .map(|c| {
             c.split_once('_')
                 .and_then(|(at, id)| Some((at.parse::<i64>().ok()?, id.to_string())))
-                .ok_or_else(|| {
-                    ApiError::bad_request("invalid_cursor", "cursor is not one gavel issued")
-                })
+                .ok_or_else(|| ApiError::bad_request("invalid_cursor", "cursor is not one gavel issued"))
         })
         .transpose()?;
     let items = state.store.review_queue(cursor.as_ref(), limit).await?;
@@ -202,11 +191,7 @@ pub async fn evaluate_now(
     Moderator(_moderator): Moderator,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    if !state
-        .store
-        .request_evaluation(&id, crate::store::now_ms())
-        .await?
-    {
+    if !state.store.request_evaluation(&id, crate::store::now_ms()).await? {
         return Err(ApiError::not_found("item"));
     }
     state.scheduler.schedule_now(&id).await;
@@ -248,11 +233,7 @@ pub async fn replay_dead_letter(
     Moderator(_moderator): Moderator,
     Path(id): Path<i64>,
 ) -> Result<StatusCode, ApiError> {
-    let Some(item) = state
-        .store
-        .replay_dead_letter(id, crate::store::now_ms())
-        .await?
-    else {
+    let Some(item) = state.store.replay_dead_letter(id, crate::store::now_ms()).await? else {
         return Err(ApiError::not_found("open dead letter"));
     };
     state.scheduler.schedule_now(&item).await;

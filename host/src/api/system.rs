@@ -49,6 +49,9 @@ pub struct PluginView {
     /// For shadow plugins: evaluations whose verdict would have set another
     /// status than the enforcing plugins did.
     pub shadow_disagreements: u64,
+    /// This version's record over every process, from the store: evaluations,
+    /// outcomes, p50/p99 duration, reversals and reversal rate.
+    pub figures: crate::store::PluginFigures,
 }
 
 /// A plugin file that failed to load.
@@ -75,12 +78,17 @@ pub struct PluginsView {
 pub async fn plugins(
     State(state): State<AppState>,
     Moderator(_moderator): Moderator,
-) -> Json<PluginsView> {
-    let plugins = state
-        .registry
-        .plugins()
+) -> Result<Json<PluginsView>, ApiError> {
+    let loaded = state.registry.plugins();
+    let mut figures = Vec::with_capacity(loaded.len());
+    for p in loaded.iter() {
+        figures.push(state.store.plugin_figures(&p.plugin.stamp.digest.to_hex()).await?);
+    }
+    let plugins = loaded
         .iter()
-        .map(|p| PluginView {
+        .zip(figures)
+        .map(|(p, figures)| PluginView {
+            figures,
             name: p.plugin.info.name.clone(),
             version: p.plugin.info.version.clone(),
             digest: p.plugin.stamp.digest.to_hex(),
@@ -91,9 +99,7 @@ pub async fn plugins(
             path: p.plugin.path.display().to_string(),
             loaded_at: p.loaded_at_ms,
             quarantined: p.quarantined.load(std::sync::atomic::Ordering::Relaxed),
-            consecutive_failures: p
-                .consecutive_failures
-                .load(std::sync::atomic::Ordering::Relaxed),
+            consecutive_failures: p.consecutive_failures.load(std::sync::atomic::Ordering::Relaxed),
             from_cache: p.plugin.from_cache,
             evaluations: p.evaluations.load(std::sync::atomic::Ordering::Relaxed),
             shadow_disagreements: p.disagreements.load(std::sync::atomic::Ordering::Relaxed),
@@ -109,7 +115,7 @@ pub async fn plugins(
             at: f.at_ms,
         })
         .collect();
-    Json(PluginsView { plugins, failures })
+    Ok(Json(PluginsView { plugins, failures }))
 }
 
 /// This document.
@@ -135,4 +141,16 @@ pub async fn plugin_history(
     Moderator(_moderator): Moderator,
 ) -> Result<Json<Vec<crate::store::PluginVersionRecord>>, ApiError> {
     Ok(Json(state.store.plugin_history(1000).await?))
+}
+
+/// Prometheus / OpenMetrics text: queue lag and depth, evaluations by plugin
+/// version and outcome, stale commits, reversals, and more (README, "Operating gavel").
+#[utoipa::path(get, path = "/metrics", tag = "system", responses((status = 200, description = "OpenMetrics text")))]
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    let mut r = state.metrics.encode().into_response();
+    r.headers_mut().insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    r
 }

@@ -36,12 +36,7 @@ impl Coordinator for EmbeddedCoordinator {
         "embedded"
     }
 
-    async fn schedule(
-        &self,
-        item: &str,
-        now: Millis,
-        how: Schedule,
-    ) -> Result<Millis, CoordinatorError> {
+    async fn schedule(&self, item: &str, now: Millis, how: Schedule) -> Result<Millis, CoordinatorError> {
         let mut s = self.state.lock().expect("coordinator lock poisoned");
         let (current, first) = match s.queued.get(item) {
             Some(&(fire, first)) => (Some(fire), first),
@@ -56,35 +51,20 @@ impl Coordinator for EmbeddedCoordinator {
         Ok(fire)
     }
 
-    async fn claim_due(
-        &self,
-        now: Millis,
-        limit: usize,
-        ttl_ms: i64,
-    ) -> Result<Vec<Lease>, CoordinatorError> {
+    async fn claim_due(&self, now: Millis, limit: usize, ttl_ms: i64) -> Result<Vec<Lease>, CoordinatorError> {
         let mut s = self.state.lock().expect("coordinator lock poisoned");
         let mut claimed = Vec::new();
-        let due: Vec<(Millis, String)> = s
-            .queue
-            .range(..=(now, String::from("\u{10ffff}")))
-            .cloned()
-            .collect();
+        let due: Vec<(Millis, String)> = s.queue.range(..=(now, String::from("\u{10ffff}"))).cloned().collect();
         for (fire, item) in due {
             if claimed.len() >= limit {
                 break;
             }
-            if s.leases
-                .get(&item)
-                .is_some_and(|(_, expires)| *expires > now)
-            {
+            if s.leases.get(&item).is_some_and(|(_, expires)| *expires > now) {
                 continue;
             }
             s.queue.remove(&(fire, item.clone()));
             s.queued.remove(&item);
-            let token = format!(
-                "embedded-{}",
-                self.next_token.fetch_add(1, Ordering::Relaxed)
-            );
+            let token = format!("embedded-{}", self.next_token.fetch_add(1, Ordering::Relaxed));
             s.leases.insert(item.clone(), (token.clone(), now + ttl_ms));
             claimed.push(Lease { item, token });
         }
@@ -93,10 +73,7 @@ impl Coordinator for EmbeddedCoordinator {
 
     async fn release(&self, lease: &Lease) -> Result<bool, CoordinatorError> {
         let mut s = self.state.lock().expect("coordinator lock poisoned");
-        if s.leases
-            .get(&lease.item)
-            .is_some_and(|(t, _)| *t == lease.token)
-        {
+        if s.leases.get(&lease.item).is_some_and(|(t, _)| *t == lease.token) {
             s.leases.remove(&lease.item);
             return Ok(true);
         }
@@ -105,20 +82,14 @@ impl Coordinator for EmbeddedCoordinator {
 
     async fn is_leased(&self, item: &str, now: Millis) -> Result<bool, CoordinatorError> {
         let s = self.state.lock().expect("coordinator lock poisoned");
-        Ok(s.leases
-            .get(item)
-            .is_some_and(|(_, expires)| *expires > now))
+        Ok(s.leases.get(item).is_some_and(|(_, expires)| *expires > now))
     }
 
     async fn stats(&self, now: Millis) -> Result<QueueStats, CoordinatorError> {
         let s = self.state.lock().expect("coordinator lock poisoned");
         Ok(QueueStats {
             depth: s.queue.len() as u64,
-            oldest_due: s
-                .queue
-                .first()
-                .map(|(fire, _)| *fire)
-                .filter(|fire| *fire <= now),
+            oldest_due: s.queue.first().map(|(fire, _)| *fire).filter(|fire| *fire <= now),
         })
     }
 }

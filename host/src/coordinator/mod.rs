@@ -73,23 +73,13 @@ pub trait Coordinator: Send + Sync + 'static {
     fn backend(&self) -> &'static str;
 
     /// Asks for an evaluation of `item`; returns the time it will fire.
-    async fn schedule(
-        &self,
-        item: &str,
-        now: Millis,
-        how: Schedule,
-    ) -> Result<Millis, CoordinatorError>;
+    async fn schedule(&self, item: &str, now: Millis, how: Schedule) -> Result<Millis, CoordinatorError>;
 
     /// Claims up to `limit` items due at `now` whose lease is free, leasing
     /// each for `ttl_ms` and taking it off the queue, in one atomic step.
     /// An item scheduled again while leased stays queued and is claimable
     /// once the lease is released or expires: exactly one follow-up.
-    async fn claim_due(
-        &self,
-        now: Millis,
-        limit: usize,
-        ttl_ms: i64,
-    ) -> Result<Vec<Lease>, CoordinatorError>;
+    async fn claim_due(&self, now: Millis, limit: usize, ttl_ms: i64) -> Result<Vec<Lease>, CoordinatorError>;
 
     /// Releases a lease if `lease.token` still holds it; `false` if it had
     /// expired (or was taken over).
@@ -174,10 +164,6 @@ mod tests {
     fn priority_and_due_items_are_never_delayed() {
         assert_eq!(fire_time(Some(5000), 0, 100, Schedule::At(100)), 100);
         assert_eq!(fire_time(Some(50), 0, 100, Schedule::At(300)), 50);
-        assert_eq!(
-            fire_time(Some(80), 0, 100, SLIDING),
-            80,
-            "already due stays due"
-        );
+        assert_eq!(fire_time(Some(80), 0, 100, SLIDING), 80, "already due stays due");
     }
 }

@@ -90,12 +90,7 @@ impl Coordinator for RedisCoordinator {
         "redis"
     }
 
-    async fn schedule(
-        &self,
-        item: &str,
-        now: Millis,
-        how: Schedule,
-    ) -> Result<Millis, CoordinatorError> {
+    async fn schedule(&self, item: &str, now: Millis, how: Schedule) -> Result<Millis, CoordinatorError> {
         let (mode, window, max_wait, at) = match how {
             Schedule::At(at) => ("at", 0, 0, at),
             Schedule::Debounced {
@@ -130,12 +125,7 @@ impl Coordinator for RedisCoordinator {
             .map_err(|_| CoordinatorError(format!("bad fire time {fire:?}")))
     }
 
-    async fn claim_due(
-        &self,
-        now: Millis,
-        limit: usize,
-        ttl_ms: i64,
-    ) -> Result<Vec<Lease>, CoordinatorError> {
+    async fn claim_due(&self, now: Millis, limit: usize, ttl_ms: i64) -> Result<Vec<Lease>, CoordinatorError> {
         if limit == 0 {
             return Ok(Vec::new());
         }

@@ -61,17 +61,14 @@ impl CompileCache {
 
     /// Stores a compiled component (write to a temporary file, then rename).
     pub fn put(&self, digest: &Digest, component: &Component) {
-        let result = component
-            .serialize()
-            .map_err(|e| e.to_string())
-            .and_then(|bytes| {
-                let tmp = self
-                    .dir
-                    .join(format!(".{}.tmp-{}", digest.to_hex(), std::process::id()));
-                std::fs::write(&tmp, bytes)
-                    .and_then(|_| std::fs::rename(&tmp, self.path(digest)))
-                    .map_err(|e| e.to_string())
-            });
+        let result = component.serialize().map_err(|e| e.to_string()).and_then(|bytes| {
+            let tmp = self
+                .dir
+                .join(format!(".{}.tmp-{}", digest.to_hex(), std::process::id()));
+            std::fs::write(&tmp, bytes)
+                .and_then(|_| std::fs::rename(&tmp, self.path(digest)))
+                .map_err(|e| e.to_string())
+        });
         if let Err(e) = result {
             tracing::warn!(digest = %digest, error = %e, "cannot write the compilation cache");
         }

@@ -85,8 +85,7 @@ mod tests {
 
     #[test]
     fn limits_parse_from_toml_with_millisecond_names() {
-        let limits: RuntimeLimits =
-            toml::from_str("async_deadline_ms = 100\nmemory_bytes = 1048576").unwrap();
+        let limits: RuntimeLimits = toml::from_str("async_deadline_ms = 100\nmemory_bytes = 1048576").unwrap();
         assert_eq!(limits.async_deadline, Duration::from_millis(100));
         assert_eq!(limits.memory_bytes, 1 << 20);
         assert_eq!(limits.sync_deadline, Duration::from_millis(5));

@@ -84,8 +84,7 @@ impl RuleEngine {
         let engine = Engine::new(&config).map_err(|e| anyhow::anyhow!("wasmtime engine: {e:#}"))?;
 
         let mut linker = Linker::<Sandbox>::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
-            .map_err(|e| anyhow::anyhow!("linking WASI: {e:#}"))?;
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| anyhow::anyhow!("linking WASI: {e:#}"))?;
         bindings::Rule::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)
             .map_err(|e| anyhow::anyhow!("linking the host interface: {e:#}"))?;
 
@@ -210,17 +209,9 @@ impl RuleEngine {
             ));
         }
         if raw.labels.len() > l.max_labels {
-            return Err(format!(
-                "{} labels, over {}",
-                raw.labels.len(),
-                l.max_labels
-            ));
+            return Err(format!("{} labels, over {}", raw.labels.len(), l.max_labels));
         }
-        if let Some(label) = raw
-            .labels
-            .iter()
-            .find(|s| s.is_empty() || s.len() > l.max_label_bytes)
-        {
+        if let Some(label) = raw.labels.iter().find(|s| s.is_empty() || s.len() > l.max_label_bytes) {
             return Err(format!(
                 "label {:?} must be 1-{} bytes",
                 sandbox::truncate_str(label, 80),

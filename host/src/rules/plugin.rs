@@ -62,9 +62,7 @@ pub enum LoadErrorKind {
     Io(#[from] std::io::Error),
     #[error("file is {size} bytes, over the limit of {max} bytes")]
     TooLarge { size: u64, max: u64 },
-    #[error(
-        "precompiled native code is never loaded from the plugin directory; deploy the .wasm component"
-    )]
+    #[error("precompiled native code is never loaded from the plugin directory; deploy the .wasm component")]
     Precompiled,
     #[error("not a WebAssembly file (no \\0asm header)")]
     NotWasm,
@@ -191,15 +189,11 @@ impl RuleEngine {
         check_format(path, bytes)?;
         let digest = Digest::of(bytes);
         let started = Instant::now();
-        let (component, from_cache) = match self
-            .cache
-            .as_ref()
-            .and_then(|c| c.get(&self.engine, &digest))
-        {
+        let (component, from_cache) = match self.cache.as_ref().and_then(|c| c.get(&self.engine, &digest)) {
             Some(component) => (component, true),
             None => {
-                let component = Component::new(&self.engine, bytes)
-                    .map_err(|e| LoadErrorKind::Compile(format!("{e:#}")))?;
+                let component =
+                    Component::new(&self.engine, bytes).map_err(|e| LoadErrorKind::Compile(format!("{e:#}")))?;
                 if let Some(cache) = &self.cache {
                     cache.put(&digest, &component);
                 }
@@ -229,11 +223,7 @@ impl RuleEngine {
     }
 
     fn call_info(&self, pre: &RulePre<Sandbox>) -> Result<PluginInfo, LoadErrorKind> {
-        let mut store = self.new_store(
-            "(loading)",
-            self.limits.memory_bytes,
-            self.limits.async_deadline,
-        );
+        let mut store = self.new_store("(loading)", self.limits.memory_bytes, self.limits.async_deadline);
         let raw = pre
             .instantiate(&mut store)
             .and_then(|rule| rule.call_info(&mut store))
@@ -246,13 +236,8 @@ impl RuleEngine {
                 truncate_str(&raw.name, 80)
             )));
         }
-        if raw.version.is_empty()
-            || raw.version.len() > 64
-            || raw.version.chars().any(char::is_control)
-        {
-            return Err(LoadErrorKind::BadInfo(
-                "version must be 1-64 printable bytes".into(),
-            ));
+        if raw.version.is_empty() || raw.version.len() > 64 || raw.version.chars().any(char::is_control) {
+            return Err(LoadErrorKind::BadInfo("version must be 1-64 printable bytes".into()));
         }
         if raw.phases.is_empty() {
             return Err(LoadErrorKind::BadInfo("declares no phase".into()));
@@ -281,14 +266,8 @@ mod tests {
             Err(LoadErrorKind::CoreModule)
         ));
         assert!(matches!(check_format(p, b"\0asm\x0d\0\x01\0"), Ok(())));
-        assert!(matches!(
-            check_format(p, b"garbage!"),
-            Err(LoadErrorKind::NotWasm)
-        ));
-        assert!(matches!(
-            check_format(p, b"\0as"),
-            Err(LoadErrorKind::NotWasm)
-        ));
+        assert!(matches!(check_format(p, b"garbage!"), Err(LoadErrorKind::NotWasm)));
+        assert!(matches!(check_format(p, b"\0as"), Err(LoadErrorKind::NotWasm)));
         assert!(matches!(
             check_format(p, b"\x7fELF\x02\x01\x01\0"),
             Err(LoadErrorKind::Precompiled)

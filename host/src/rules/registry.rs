@@ -66,9 +66,7 @@ impl Manifest {
                 let json = serde_json::to_value(v).map_err(|e| format!("config `{k}`: {e}"))?;
                 gavel_plugin_sdk::spec::config_value_string(&json)
                     .map(|s| (k.clone(), s))
-                    .ok_or_else(|| {
-                        format!("config `{k}`: use a string, number, boolean or list of those")
-                    })
+                    .ok_or_else(|| format!("config `{k}`: use a string, number, boolean or list of those"))
             })
             .collect()
     }
@@ -206,8 +204,7 @@ impl Registry {
     /// file has settled (files still being written are waited for, up to the
     /// settle timeout), so gavel starts serving with its plugins loaded.
     pub fn load_dir(&self, dir: &Path) -> std::io::Result<()> {
-        let deadline =
-            std::time::Instant::now() + Duration::from_millis(SETTLE_TIMEOUT_MS as u64 * 2);
+        let deadline = std::time::Instant::now() + Duration::from_millis(SETTLE_TIMEOUT_MS as u64 * 2);
         while self.sync_dir(dir)? && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(SETTLE_MS as u64));
         }
@@ -227,20 +224,13 @@ impl Registry {
         for entry in std::fs::read_dir(dir)? {
             let path = entry?.path();
             let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-            if !path.is_file()
-                || !(ext == "wasm" || ext == "cwasm")
-                || file_name(&path).starts_with('.')
-            {
+            if !path.is_file() || !(ext == "wasm" || ext == "cwasm") || file_name(&path).starts_with('.') {
                 continue;
             }
             present.push(path.clone());
             unsettled |= self.sync_file(&mut files, &path);
         }
-        let gone: Vec<PathBuf> = files
-            .keys()
-            .filter(|p| !present.contains(p))
-            .cloned()
-            .collect();
+        let gone: Vec<PathBuf> = files.keys().filter(|p| !present.contains(p)).cloned().collect();
         for path in gone {
             if let Some(state) = files.remove(&path)
                 && let Some(name) = state.serves
@@ -248,10 +238,7 @@ impl Registry {
                 tracing::info!(plugin = %name, path = %path.display(), "plugin file deleted: unloaded");
                 self.swap(Some(&name), None);
             }
-            self.failures
-                .write()
-                .expect("registry lock poisoned")
-                .remove(&path);
+            self.failures.write().expect("registry lock poisoned").remove(&path);
         }
         Ok(unsettled)
     }
@@ -273,9 +260,7 @@ impl Registry {
             }
         };
         let digest = Digest::of(&bytes);
-        let sidecar = std::fs::read(path.with_extension("toml"))
-            .ok()
-            .map(|b| Digest::of(&b));
+        let sidecar = std::fs::read(path.with_extension("toml")).ok().map(|b| Digest::of(&b));
         let previous = files.get(path).cloned();
         if previous
             .as_ref()
@@ -293,9 +278,7 @@ impl Registry {
                 let name = p.plugin.info.name.clone();
                 let taken_by = files
                     .iter()
-                    .find(|(other, st)| {
-                        other.as_path() != path && st.serves.as_deref() == Some(name.as_str())
-                    })
+                    .find(|(other, st)| other.as_path() != path && st.serves.as_deref() == Some(name.as_str()))
                     .map(|(other, _)| other.clone());
                 if let Some(other) = taken_by {
                     let error = format!(
@@ -322,10 +305,7 @@ impl Registry {
                     self.swap(Some(old), None);
                 }
                 self.swap(Some(&name), Some(Arc::new(p)));
-                self.failures
-                    .write()
-                    .expect("registry lock poisoned")
-                    .remove(path);
+                self.failures.write().expect("registry lock poisoned").remove(path);
                 files.insert(
                     path.to_path_buf(),
                     FileState {
@@ -411,10 +391,7 @@ impl Registry {
     fn load_one(&self, path: &Path, bytes: &[u8]) -> Result<RegisteredPlugin, String> {
         let manifest = Manifest::for_component(path)?;
         let config = manifest.config_pairs()?;
-        let plugin = self
-            .engine
-            .load_bytes(path, bytes)
-            .map_err(|e| e.to_string())?;
+        let plugin = self.engine.load_bytes(path, bytes).map_err(|e| e.to_string())?;
         let limits = self.engine.limits();
         let memory_bytes = manifest.limits.memory_bytes.unwrap_or(limits.memory_bytes);
         if memory_bytes > super::MEMORY_CEILING_BYTES {
@@ -424,10 +401,7 @@ impl Registry {
             ));
         }
         Ok(RegisteredPlugin {
-            phases: manifest
-                .phases
-                .clone()
-                .unwrap_or_else(|| plugin.info.phases.clone()),
+            phases: manifest.phases.clone().unwrap_or_else(|| plugin.info.phases.clone()),
             mode: manifest.mode,
             enabled: manifest.enabled,
             config,
@@ -451,11 +425,7 @@ impl Registry {
 
     /// Unloads everything (process shutdown), recording it.
     pub fn unload_all(&self) {
-        let names: Vec<String> = self
-            .plugins()
-            .iter()
-            .map(|p| p.plugin.info.name.clone())
-            .collect();
+        let names: Vec<String> = self.plugins().iter().map(|p| p.plugin.info.name.clone()).collect();
         for name in names {
             self.swap(Some(&name), None);
         }

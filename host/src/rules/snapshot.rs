@@ -80,8 +80,7 @@ pub fn fit_snapshot(snapshot: &mut Snapshot, max_bytes: usize) {
 /// Approximate encoded size of everything but the text: string bytes plus
 /// 16 bytes per list entry for lengths and scalars.
 fn size_without_text(s: &Snapshot) -> usize {
-    let pairs =
-        |v: &[(String, String)]| v.iter().map(|(a, b)| a.len() + b.len() + 16).sum::<usize>();
+    let pairs = |v: &[(String, String)]| v.iter().map(|(a, b)| a.len() + b.len() + 16).sum::<usize>();
     let item = &s.item;
     64 + item.id.len()
         + item.kind.len()

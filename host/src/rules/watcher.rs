@@ -40,11 +40,7 @@ impl PluginWatcher {
             .spawn(move || {
                 let mut unsettled = false;
                 loop {
-                    let changed = match rx.recv_timeout(if unsettled {
-                        RESCAN
-                    } else {
-                        Duration::from_secs(3600)
-                    }) {
+                    let changed = match rx.recv_timeout(if unsettled { RESCAN } else { Duration::from_secs(3600) }) {
                         Ok(Ok(events)) => !events.is_empty(),
                         Ok(Err(errors)) => {
                             for e in errors {

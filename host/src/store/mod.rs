@@ -48,10 +48,9 @@ impl From<sqlx::Error> for StoreError {
                 Some("5" | "6" | "10" | "14") => StoreError::Unavailable(e.to_string()),
                 _ => StoreError::Database(e.to_string()),
             },
-            E::ColumnDecode { .. }
-            | E::Decode(_)
-            | E::ColumnNotFound(_)
-            | E::TypeNotFound { .. } => StoreError::Corrupt(e.to_string()),
+            E::ColumnDecode { .. } | E::Decode(_) | E::ColumnNotFound(_) | E::TypeNotFound { .. } => {
+                StoreError::Corrupt(e.to_string())
+            }
             _ => StoreError::Database(e.to_string()),
         }
     }
@@ -71,18 +70,7 @@ pub fn now_ms() -> Millis {
 }
 
 /// Whether a plugin's decisions count (`enforce`) or are only recorded (`shadow`).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    serde::Deserialize,
-    Default,
-    utoipa::ToSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, Default, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     #[default]
@@ -197,6 +185,8 @@ pub struct DecisionRecord {
     pub outcome: Outcome,
     pub error: Option<String>,
     pub created_at: Millis,
+    /// When a moderator overturned the status this decision drove.
+    pub reversed_at: Option<Millis>,
 }
 
 /// A stored transition: the audit trail.
@@ -241,9 +231,7 @@ pub struct NewEvent {
 }
 
 /// Interaction kinds.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, utoipa::ToSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EventKind {
     Upvote,
@@ -271,10 +259,7 @@ pub type EventResponse = dyn Fn(i64, Millis) -> IdempotencyResponse + Send + Syn
 /// What appending an event did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum EventOutcome {
-    Appended {
-        event_seq: i64,
-        needs_eval_since: Millis,
-    },
+    Appended { event_seq: i64, needs_eval_since: Millis },
     NotFound,
     Deleted,
 }
@@ -294,6 +279,8 @@ pub struct TransitionRequest {
     pub reason: String,
     pub correlation_id: String,
     pub now: Millis,
+    /// Decisions this (manual) transition overturns; marked in the same transaction.
+    pub reversed_decisions: Vec<i64>,
 }
 
 /// The result of a conditional write. Losing a race is a value, not an error.
@@ -416,17 +403,9 @@ pub enum PluginEvent {
         at: Millis,
     },
     /// `name` at `digest` stopped serving (replaced, deleted, or the process stopped).
-    Unloaded {
-        name: String,
-        digest: String,
-        at: Millis,
-    },
+    Unloaded { name: String, digest: String, at: Millis },
     /// `name` at `digest` was quarantined after repeated failures.
-    Quarantined {
-        name: String,
-        digest: String,
-        at: Millis,
-    },
+    Quarantined { name: String, digest: String, at: Millis },
     /// A file could not be loaded; whatever served before keeps serving.
     Failed {
         path: String,
@@ -434,6 +413,21 @@ pub enum PluginEvent {
         error: String,
         at: Millis,
     },
+}
+
+/// What one plugin version (digest) has done, over every process.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct PluginFigures {
+    pub evaluations: i64,
+    /// Evaluations by outcome (`ok`, `trap`, `timeout`, ...).
+    pub outcomes: std::collections::BTreeMap<String, i64>,
+    /// Decisions of this version a moderator overturned.
+    pub reversals: i64,
+    /// `reversals / ok evaluations`, when there were any.
+    pub reversal_rate: Option<f64>,
+    /// Evaluation duration percentiles over the latest 10,000 evaluations.
+    pub p50_us: Option<i64>,
+    pub p99_us: Option<i64>,
 }
 
 /// One `plugin_versions` row.
@@ -478,12 +472,7 @@ pub trait ItemStore: Send + Sync + 'static {
     async fn idempotency_expire(&self, now: Millis) -> StoreResult<u64>;
 
     /// Items by `author` with `fingerprint` created at or after `since`.
-    async fn fingerprint_count(
-        &self,
-        author: &str,
-        fingerprint: &str,
-        since: Millis,
-    ) -> StoreResult<i64>;
+    async fn fingerprint_count(&self, author: &str, fingerprint: &str, since: Millis) -> StoreResult<i64>;
 
     /// Inserts the item, its creation transition, its sync-phase decisions
     /// and (when given) the idempotent response, in one transaction.
@@ -502,11 +491,7 @@ pub trait ItemStore: Send + Sync + 'static {
     /// evaluation, in one transaction; with `response`, also completes the
     /// idempotency key with the response it builds from (event_seq,
     /// needs_eval_since).
-    async fn append_event(
-        &self,
-        event: &NewEvent,
-        response: Option<&EventResponse>,
-    ) -> StoreResult<EventOutcome>;
+    async fn append_event(&self, event: &NewEvent, response: Option<&EventResponse>) -> StoreResult<EventOutcome>;
 
     /// A conditional status change with its audit row.
     async fn transition(&self, req: &TransitionRequest) -> StoreResult<Transition>;
@@ -527,11 +512,7 @@ pub trait ItemStore: Send + Sync + 'static {
     async fn pending_evaluations(&self, before: Millis, limit: i64) -> StoreResult<Vec<String>>;
 
     /// Held items, oldest first, after `cursor`.
-    async fn review_queue(
-        &self,
-        after: Option<&ReviewCursor>,
-        limit: i64,
-    ) -> StoreResult<Vec<Item>>;
+    async fn review_queue(&self, after: Option<&ReviewCursor>, limit: i64) -> StoreResult<Vec<Item>>;
 
     /// Marks an item for evaluation (a moderator's "re-evaluate now");
     /// `false` if it does not exist or is deleted.
@@ -540,19 +521,17 @@ pub trait ItemStore: Send + Sync + 'static {
     /// Records that evaluating `item_id` failed in the host `attempts` times;
     /// `false` if it already has an open dead letter. The item leaves the
     /// reconciler's view until the dead letter is replayed.
-    async fn dead_letter(
-        &self,
-        item_id: &str,
-        attempts: i64,
-        last_error: &str,
-        now: Millis,
-    ) -> StoreResult<bool>;
+    async fn dead_letter(&self, item_id: &str, attempts: i64, last_error: &str, now: Millis) -> StoreResult<bool>;
 
     /// Dead letters, newest first; open ones only unless `all`.
     async fn dead_letters(&self, all: bool, limit: i64) -> StoreResult<Vec<DeadLetter>>;
 
     /// Records a plugin load, unload, quarantine or failed load for `node`.
     async fn record_plugin_event(&self, node: &str, event: &PluginEvent) -> StoreResult<()>;
+
+    /// Evaluations, outcomes, reversals and duration percentiles of the
+    /// plugin version with `digest`.
+    async fn plugin_figures(&self, digest: &str) -> StoreResult<PluginFigures>;
 
     /// `plugin_versions`, newest first.
     async fn plugin_history(&self, limit: i64) -> StoreResult<Vec<PluginVersionRecord>>;
@@ -577,10 +556,34 @@ pub async fn open(url: &str, max_connections: u32) -> anyhow::Result<SharedStore
     }
 }
 
+/// The applied decisions whose verdict set the item's current (automated)
+/// status, when a moderator moves it to `to`: the reversals that count
+/// against those plugin versions.
+pub fn overturned(details: &ItemDetails, to: ItemStatus) -> Vec<i64> {
+    let item = &details.item;
+    if to == item.status || item.decided_by == Some(Actor::Moderator) || to == ItemStatus::Deleted {
+        return Vec::new();
+    }
+    let applied = details
+        .decisions
+        .iter()
+        .filter(|d| d.applied && d.mode == Mode::Enforce);
+    let Some(latest) = applied.clone().map(|d| d.item_version).max() else {
+        return Vec::new();
+    };
+    applied
+        .filter(|d| d.item_version == latest && d.verdict.map(crate::judge::status_for) == Some(item.status))
+        .map(|d| d.id)
+        .collect()
+}
+
 /// Why a moderator's change was not applied.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ModerationOutcome {
-    Applied(Item),
+    /// Applied; `reversed` are the automated decisions it overturned.
+    Applied {
+        reversed: Vec<DecisionRecord>,
+    },
     NotFound,
     /// `If-Match` named another version.
     VersionMismatch {
@@ -607,15 +610,14 @@ pub async fn moderate(
 ) -> StoreResult<ModerationOutcome> {
     const ATTEMPTS: usize = 8;
     for _ in 0..ATTEMPTS {
-        let Some(item) = store.item(id).await? else {
+        let Some(details) = store.item_details(id).await? else {
             return Ok(ModerationOutcome::NotFound);
         };
+        let item = &details.item;
         if let Some(expected) = if_match
             && expected != item.version
         {
-            return Ok(ModerationOutcome::VersionMismatch {
-                current: item.version,
-            });
+            return Ok(ModerationOutcome::VersionMismatch { current: item.version });
         }
         if !crate::status::can_transition(item.status, to, Actor::Moderator) {
             return Ok(ModerationOutcome::Illegal { from: item.status });
@@ -631,12 +633,16 @@ pub async fn moderate(
             reason: reason.to_string(),
             correlation_id: correlation_id.to_string(),
             now: now_ms(),
+            reversed_decisions: overturned(&details, to),
         };
         if let Transition::Applied { .. } = store.transition(&req).await? {
-            return Ok(store
-                .item(id)
-                .await?
-                .map_or(ModerationOutcome::NotFound, ModerationOutcome::Applied));
+            let reversed = details
+                .decisions
+                .iter()
+                .filter(|d| req.reversed_decisions.contains(&d.id))
+                .cloned()
+                .collect();
+            return Ok(ModerationOutcome::Applied { reversed });
         }
         if if_match.is_some() {
             let current = store.item(id).await?.map_or(item.version, |i| i.version);

@@ -73,10 +73,7 @@ mod tests {
                 .filter(|s| **s != ItemStatus::Received)
                 .map(|s| s.as_str())
                 .collect();
-            let listed: Vec<&str> = items_check
-                .split(',')
-                .map(|s| s.trim().trim_matches('\''))
-                .collect();
+            let listed: Vec<&str> = items_check.split(',').map(|s| s.trim().trim_matches('\'')).collect();
             assert_eq!(listed, stored);
         }
     }

@@ -10,8 +10,7 @@ pub(super) const INSERT_ITEM: &str = "INSERT INTO items (id, client, external_id
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 1, $10, $11, $12, $13, $13) \
      ON CONFLICT (client, external_id) DO NOTHING";
 
-pub(super) const ITEM_BY_EXTERNAL_ID: &str =
-    "SELECT id FROM items WHERE client = $1 AND external_id = $2";
+pub(super) const ITEM_BY_EXTERNAL_ID: &str = "SELECT id FROM items WHERE client = $1 AND external_id = $2";
 
 pub(super) const INSERT_TRANSITION: &str = "INSERT INTO transitions (item_id, from_status, to_status, version, \
      cause, actor, actor_name, reason, correlation_id, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
@@ -53,7 +52,8 @@ pub(super) const EVENT_EDIT: &str = "UPDATE items SET body = $2, fingerprint = $
 
 pub(super) const ITEM_STATUS: &str = "SELECT status FROM items WHERE id = $1";
 
-pub(super) const INSERT_EVENT: &str = "INSERT INTO events (item_id, seq, kind, actor, payload, created_at) VALUES ($1, $2, $3, $4, $5, $6)";
+pub(super) const INSERT_EVENT: &str =
+    "INSERT INTO events (item_id, seq, kind, actor, payload, created_at) VALUES ($1, $2, $3, $4, $5, $6)";
 
 pub(super) const COUNTER_BUMP: &str = "INSERT INTO counters (item_id, name, value) VALUES ($1, $2, 1) \
      ON CONFLICT (item_id, name) DO UPDATE SET value = counters.value + 1";
@@ -82,18 +82,18 @@ pub(super) const COMMIT_RECORD: &str = "UPDATE items SET \
      evaluated_seq = CASE WHEN evaluated_seq > $1 THEN evaluated_seq ELSE $1 END \
      WHERE id = $2 AND version = $3";
 
-pub(super) const COUNTERS: &str =
-    "SELECT name, value FROM counters WHERE item_id = $1 ORDER BY name";
+pub(super) const COUNTERS: &str = "SELECT name, value FROM counters WHERE item_id = $1 ORDER BY name";
 
 pub(super) const DECISIONS: &str = "SELECT id, item_version, plugin, plugin_version, plugin_digest, phase, verdict, \
-     score, labels, reason, mode, applied, duration_us, outcome, error, created_at \
+     score, labels, reason, mode, applied, duration_us, outcome, error, created_at, reversed_at \
      FROM decisions WHERE item_id = $1 ORDER BY id";
+
+pub(super) const MARK_REVERSED: &str = "UPDATE decisions SET reversed_at = $2 WHERE id = $1 AND reversed_at IS NULL";
 
 pub(super) const TRANSITIONS: &str = "SELECT id, item_id, from_status, to_status, version, cause, actor, actor_name, \
      reason, correlation_id, created_at FROM transitions WHERE item_id = $1 ORDER BY id";
 
-pub(super) const AUTHOR_RECENT: &str =
-    "SELECT COUNT(*) FROM items WHERE author = $1 AND created_at >= $2 AND id <> $3";
+pub(super) const AUTHOR_RECENT: &str = "SELECT COUNT(*) FROM items WHERE author = $1 AND created_at >= $2 AND id <> $3";
 
 pub(super) const AUTHOR_STANDING: &str = "SELECT \
      COALESCE(SUM(CASE WHEN status = 'rejected' THEN 1 ELSE 0 END), 0), \
@@ -122,7 +122,8 @@ pub(super) const DEAD_LETTERS_OPEN: &str = "SELECT id, item_id, attempts, last_e
 pub(super) const DEAD_LETTERS_ALL: &str = "SELECT id, item_id, attempts, last_error, failed_at, replayed_at \
      FROM dead_letters ORDER BY id DESC LIMIT $1";
 
-pub(super) const DEAD_LETTER_REPLAY: &str = "UPDATE dead_letters SET replayed_at = $2 WHERE id = $1 AND replayed_at IS NULL RETURNING item_id";
+pub(super) const DEAD_LETTER_REPLAY: &str =
+    "UPDATE dead_letters SET replayed_at = $2 WHERE id = $1 AND replayed_at IS NULL RETURNING item_id";
 
 pub(super) const PLUGIN_LOADED: &str = "INSERT INTO plugin_versions (node, name, version, digest, path, mode, \
      status, loaded_at) VALUES ($1, $2, $3, $4, $5, $6, 'active', $7)";
@@ -140,10 +141,16 @@ pub(super) const PLUGIN_FAILED: &str = "INSERT INTO plugin_versions (node, diges
 pub(super) const PLUGIN_HISTORY: &str = "SELECT id, node, name, version, digest, path, mode, status, error, \
      loaded_at, unloaded_at FROM plugin_versions ORDER BY id DESC LIMIT $1";
 
+pub(super) const FIGURES_BY_OUTCOME: &str = "SELECT outcome, COUNT(*), \
+     COALESCE(SUM(CASE WHEN reversed_at IS NOT NULL THEN 1 ELSE 0 END), 0) \
+     FROM decisions WHERE plugin_digest = $1 GROUP BY outcome";
+
+pub(super) const RECENT_DURATIONS: &str =
+    "SELECT duration_us FROM decisions WHERE plugin_digest = $1 ORDER BY id DESC LIMIT 10000";
+
 pub(super) const ITEM_BY_ID: &str = "WHERE id = $1";
 
-pub(super) const REVIEW_FIRST: &str =
-    "WHERE status = 'held_for_review' ORDER BY updated_at, id LIMIT $1";
+pub(super) const REVIEW_FIRST: &str = "WHERE status = 'held_for_review' ORDER BY updated_at, id LIMIT $1";
 
 pub(super) const REVIEW_AFTER: &str = "WHERE status = 'held_for_review' \
      AND (updated_at > $1 OR (updated_at = $1 AND id > $2)) ORDER BY updated_at, id LIMIT $3";
@@ -197,6 +204,7 @@ macro_rules! impl_store {
                 outcome: rows::outcome(row.try_get::<&str, _>("outcome")?)?,
                 error: row.try_get("error")?,
                 created_at: row.try_get("created_at")?,
+                reversed_at: row.try_get("reversed_at")?,
             })
         }
 
@@ -252,8 +260,7 @@ macro_rules! impl_store {
             decisions: &[NewDecision],
         ) -> StoreResult<()> {
             for d in decisions {
-                let labels =
-                    serde_json::to_string(&d.labels).expect("a list of strings serializes");
+                let labels = serde_json::to_string(&d.labels).expect("a list of strings serializes");
                 sqlx::query(INSERT_DECISION)
                     .bind(item_id)
                     .bind(item_version)
@@ -277,6 +284,38 @@ macro_rules! impl_store {
             Ok(())
         }
 
+        /// The item and its counters, in the caller's transaction.
+        async fn read_item(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            id: &str,
+        ) -> StoreResult<Option<(Item, Vec<(String, i64)>)>> {
+            let Some(row) = sqlx::query(&format!("SELECT {ITEM_COLUMNS} FROM items {ITEM_BY_ID}"))
+                .bind(id)
+                .fetch_optional(&mut **tx)
+                .await?
+            else {
+                return Ok(None);
+            };
+            let item = item_from_row(&row)?;
+            let counters = sqlx::query_as::<_, (String, i64)>(COUNTERS)
+                .bind(id)
+                .fetch_all(&mut **tx)
+                .await?;
+            Ok(Some((item, counters)))
+        }
+
+        /// Stores an idempotent request's response in its effect's transaction.
+        async fn complete_idempotency(tx: &mut sqlx::Transaction<'_, $db>, r: &IdempotencyResponse) -> StoreResult<()> {
+            sqlx::query(IDEMPOTENCY_DONE)
+                .bind(&r.scope)
+                .bind(&r.key)
+                .bind(i32::from(r.status))
+                .bind(&r.body)
+                .execute(&mut **tx)
+                .await?;
+            Ok(())
+        }
+
         #[async_trait::async_trait]
         impl ItemStore for $store {
             fn backend(&self) -> &'static str {
@@ -288,10 +327,7 @@ macro_rules! impl_store {
                 Ok(())
             }
 
-            async fn idempotency_start(
-                &self,
-                c: &IdempotencyClaim,
-            ) -> StoreResult<IdempotencyStart> {
+            async fn idempotency_start(&self, c: &IdempotencyClaim) -> StoreResult<IdempotencyStart> {
                 let $s = self;
                 let mut tx = $begin.await?;
                 let inserted = sqlx::query(IDEMPOTENCY_INSERT)
@@ -364,12 +400,7 @@ macro_rules! impl_store {
                     .rows_affected())
             }
 
-            async fn fingerprint_count(
-                &self,
-                author: &str,
-                fingerprint: &str,
-                since: Millis,
-            ) -> StoreResult<i64> {
+            async fn fingerprint_count(&self, author: &str, fingerprint: &str, since: Millis) -> StoreResult<i64> {
                 Ok(sqlx::query_scalar(FINGERPRINT_COUNT)
                     .bind(author)
                     .bind(fingerprint)
@@ -396,9 +427,7 @@ macro_rules! impl_store {
                     .bind(&item.context)
                     .bind(&item.fingerprint)
                     .bind(item.status.as_str())
-                    .bind(
-                        (item.status != crate::status::ItemStatus::PendingScan).then_some("system"),
-                    )
+                    .bind((item.status != crate::status::ItemStatus::PendingScan).then_some("system"))
                     .bind(item.sync_verdict.map(|v| v.as_str()))
                     .bind(item.needs_eval.then_some(item.now))
                     .bind(item.now)
@@ -430,13 +459,7 @@ macro_rules! impl_store {
                 .await?;
                 insert_decisions(&mut tx, &item.id, 1, decisions).await?;
                 if let Some(r) = response {
-                    sqlx::query(IDEMPOTENCY_DONE)
-                        .bind(&r.scope)
-                        .bind(&r.key)
-                        .bind(i32::from(r.status))
-                        .bind(&r.body)
-                        .execute(&mut *tx)
-                        .await?;
+                    complete_idempotency(&mut tx, r).await?;
                 }
                 let row = sqlx::query(&format!("SELECT {ITEM_COLUMNS} FROM items {ITEM_BY_ID}"))
                     .bind(&item.id)
@@ -457,19 +480,9 @@ macro_rules! impl_store {
 
             async fn item_details(&self, id: &str) -> StoreResult<Option<ItemDetails>> {
                 let mut tx = self.read.begin().await?;
-                let Some(row) =
-                    sqlx::query(&format!("SELECT {ITEM_COLUMNS} FROM items {ITEM_BY_ID}"))
-                        .bind(id)
-                        .fetch_optional(&mut *tx)
-                        .await?
-                else {
+                let Some((item, counters)) = read_item(&mut tx, id).await? else {
                     return Ok(None);
                 };
-                let item = item_from_row(&row)?;
-                let counters = sqlx::query_as::<_, (String, i64)>(COUNTERS)
-                    .bind(id)
-                    .fetch_all(&mut *tx)
-                    .await?;
                 let decisions = sqlx::query(DECISIONS)
                     .bind(id)
                     .fetch_all(&mut *tx)
@@ -493,11 +506,7 @@ macro_rules! impl_store {
                 }))
             }
 
-            async fn append_event(
-                &self,
-                e: &NewEvent,
-                response: Option<&EventResponse>,
-            ) -> StoreResult<EventOutcome> {
+            async fn append_event(&self, e: &NewEvent, response: Option<&EventResponse>) -> StoreResult<EventOutcome> {
                 let $s = self;
                 let mut tx = $begin.await?;
                 let bumped = sqlx::query_as::<_, (i64, Option<i64>)>(EVENT_BUMP)
@@ -541,14 +550,7 @@ macro_rules! impl_store {
                     .await?;
                 let since = since.unwrap_or(e.now);
                 if let Some(respond) = response {
-                    let r = respond(seq, since);
-                    sqlx::query(IDEMPOTENCY_DONE)
-                        .bind(&r.scope)
-                        .bind(&r.key)
-                        .bind(i32::from(r.status))
-                        .bind(&r.body)
-                        .execute(&mut *tx)
-                        .await?;
+                    complete_idempotency(&mut tx, &respond(seq, since)).await?;
                 }
                 tx.commit().await?;
                 Ok(EventOutcome::Appended {
@@ -592,6 +594,13 @@ macro_rules! impl_store {
                     r.now,
                 )
                 .await?;
+                for id in &r.reversed_decisions {
+                    sqlx::query(MARK_REVERSED)
+                        .bind(*id)
+                        .bind(r.now)
+                        .execute(&mut *tx)
+                        .await?;
+                }
                 tx.commit().await?;
                 Ok(Transition::Applied { version })
             }
@@ -603,31 +612,20 @@ macro_rules! impl_store {
                 duplicate_since: Millis,
             ) -> StoreResult<Option<SnapshotData>> {
                 let mut tx = self.read.begin().await?;
-                let Some(row) =
-                    sqlx::query(&format!("SELECT {ITEM_COLUMNS} FROM items {ITEM_BY_ID}"))
-                        .bind(id)
-                        .fetch_optional(&mut *tx)
-                        .await?
-                else {
+                let Some((item, counters)) = read_item(&mut tx, id).await? else {
                     return Ok(None);
                 };
-                let item = item_from_row(&row)?;
-                let counters = sqlx::query_as::<_, (String, i64)>(COUNTERS)
-                    .bind(id)
-                    .fetch_all(&mut *tx)
-                    .await?;
                 let author_recent_items: i64 = sqlx::query_scalar(AUTHOR_RECENT)
                     .bind(&item.author)
                     .bind(author_since)
                     .bind(id)
                     .fetch_one(&mut *tx)
                     .await?;
-                let (author_rejected_items, author_held_items) =
-                    sqlx::query_as::<_, (i64, i64)>(AUTHOR_STANDING)
-                        .bind(&item.author)
-                        .bind(id)
-                        .fetch_one(&mut *tx)
-                        .await?;
+                let (author_rejected_items, author_held_items) = sqlx::query_as::<_, (i64, i64)>(AUTHOR_STANDING)
+                    .bind(&item.author)
+                    .bind(id)
+                    .fetch_one(&mut *tx)
+                    .await?;
                 let duplicate_count: i64 = sqlx::query_scalar(DUPLICATES)
                     .bind(&item.author)
                     .bind(&item.fingerprint)
@@ -712,11 +710,7 @@ macro_rules! impl_store {
                 Ok(outcome)
             }
 
-            async fn pending_evaluations(
-                &self,
-                before: Millis,
-                limit: i64,
-            ) -> StoreResult<Vec<String>> {
+            async fn pending_evaluations(&self, before: Millis, limit: i64) -> StoreResult<Vec<String>> {
                 Ok(sqlx::query_scalar(PENDING)
                     .bind(before)
                     .bind(limit)
@@ -759,11 +753,7 @@ macro_rules! impl_store {
             }
 
             async fn dead_letters(&self, all: bool, limit: i64) -> StoreResult<Vec<DeadLetter>> {
-                let sql = if all {
-                    DEAD_LETTERS_ALL
-                } else {
-                    DEAD_LETTERS_OPEN
-                };
+                let sql = if all { DEAD_LETTERS_ALL } else { DEAD_LETTERS_OPEN };
                 let rows = sqlx::query_as::<_, (i64, String, i64, String, i64, Option<i64>)>(sql)
                     .bind(limit)
                     .fetch_all(&self.read)
@@ -783,11 +773,7 @@ macro_rules! impl_store {
                     .collect())
             }
 
-            async fn record_plugin_event(
-                &self,
-                node: &str,
-                event: &PluginEvent,
-            ) -> StoreResult<()> {
+            async fn record_plugin_event(&self, node: &str, event: &PluginEvent) -> StoreResult<()> {
                 let $s = self;
                 let mut tx = $begin.await?;
                 match event {
@@ -847,6 +833,32 @@ macro_rules! impl_store {
                 Ok(())
             }
 
+            async fn plugin_figures(&self, digest: &str) -> StoreResult<PluginFigures> {
+                let rows = sqlx::query_as::<_, (String, i64, i64)>(FIGURES_BY_OUTCOME)
+                    .bind(digest)
+                    .fetch_all(&self.read)
+                    .await?;
+                let mut durations: Vec<i64> = sqlx::query_scalar(RECENT_DURATIONS)
+                    .bind(digest)
+                    .fetch_all(&self.read)
+                    .await?;
+                durations.sort_unstable();
+                let percentile = |p: usize| (!durations.is_empty()).then(|| durations[(durations.len() - 1) * p / 100]);
+                let mut f = PluginFigures {
+                    p50_us: percentile(50),
+                    p99_us: percentile(99),
+                    ..PluginFigures::default()
+                };
+                for (outcome, count, reversed) in rows {
+                    f.evaluations += count;
+                    f.reversals += reversed;
+                    f.outcomes.insert(outcome, count);
+                }
+                let ok = f.outcomes.get("ok").copied().unwrap_or(0);
+                f.reversal_rate = (ok > 0).then(|| f.reversals as f64 / ok as f64);
+                Ok(f)
+            }
+
             async fn plugin_history(&self, limit: i64) -> StoreResult<Vec<PluginVersionRecord>> {
                 let rows = sqlx::query(PLUGIN_HISTORY)
                     .bind(limit)
@@ -871,11 +883,7 @@ macro_rules! impl_store {
                     .collect()
             }
 
-            async fn replay_dead_letter(
-                &self,
-                id: i64,
-                now: Millis,
-            ) -> StoreResult<Option<String>> {
+            async fn replay_dead_letter(&self, id: i64, now: Millis) -> StoreResult<Option<String>> {
                 let $s = self;
                 let mut tx = $begin.await?;
                 let item: Option<String> = sqlx::query_scalar(DEAD_LETTER_REPLAY)
@@ -894,11 +902,7 @@ macro_rules! impl_store {
                 Ok(item)
             }
 
-            async fn review_queue(
-                &self,
-                after: Option<&ReviewCursor>,
-                limit: i64,
-            ) -> StoreResult<Vec<Item>> {
+            async fn review_queue(&self, after: Option<&ReviewCursor>, limit: i64) -> StoreResult<Vec<Item>> {
                 let rows = match after {
                     None => {
                         sqlx::query(&format!("SELECT {ITEM_COLUMNS} FROM items {REVIEW_FIRST}"))

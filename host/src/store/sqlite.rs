@@ -48,10 +48,6 @@ impl SqliteStore {
     }
 }
 
-super::sql::impl_store!(
-    SqliteStore,
-    Sqlite,
-    sqlx::sqlite::SqliteRow,
-    "sqlite",
-    |s| s.write.begin_with("BEGIN IMMEDIATE")
-);
+super::sql::impl_store!(SqliteStore, Sqlite, sqlx::sqlite::SqliteRow, "sqlite", |s| s
+    .write
+    .begin_with("BEGIN IMMEDIATE"));

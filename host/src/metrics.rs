@@ -1,0 +1,241 @@
+//! The figures an operator watches, exported at `GET /metrics` in the
+//! OpenMetrics text format. One [`Metrics`] per gavel instance (not a global
+//! recorder), so several instances in one process keep apart.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+/// `outcome` label.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    pub outcome: &'static str,
+}
+
+/// `route` label.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabel {
+    pub route: &'static str,
+}
+
+/// `verdict` label.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VerdictLabel {
+    pub verdict: &'static str,
+}
+
+/// A plugin version.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabels {
+    pub plugin: String,
+    pub version: String,
+}
+
+/// A plugin version and an evaluation outcome.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginOutcomeLabels {
+    pub plugin: String,
+    pub version: String,
+    pub outcome: &'static str,
+}
+
+/// `result` label.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: &'static str,
+}
+
+fn evaluation_seconds() -> Histogram {
+    // 10 µs .. ~5 s.
+    Histogram::new(exponential_buckets(0.00001, 3.0, 13))
+}
+
+/// Every metric gavel exports. Cheap to share (`Arc<Metrics>`); each field
+/// is itself a shared handle.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Submissions by outcome: accepted, held_sync, rejected_sync, replayed,
+    /// conflict, key_mismatch, rate_limited, invalid.
+    pub submissions: Family<OutcomeLabel, Counter>,
+    /// Requests answered from a stored idempotent response.
+    pub idempotency_replays: Family<RouteLabel, Counter>,
+    /// Submissions held because the same text came from one author too often.
+    pub fingerprint_duplicates: Counter,
+    /// Seconds the oldest due item has waited in the queue.
+    pub queue_lag_seconds: Gauge<f64, AtomicU64>,
+    /// Items in the queue.
+    pub queue_depth: Gauge,
+    /// Evaluations running now in this process.
+    pub evaluations_in_flight: Gauge,
+    /// Leases that expired while their evaluation ran (lease contention).
+    pub leases_lost: Counter,
+    /// Commits refused by the version check (the fencing token).
+    pub stale_commits: Counter,
+    /// Evaluations committed.
+    pub evaluations_committed: Counter,
+    /// Rule evaluations by plugin version and outcome.
+    pub rule_evaluations: Family<PluginOutcomeLabels, Counter>,
+    /// Rule evaluation durations by plugin version.
+    pub rule_evaluation_seconds: Family<PluginLabels, Histogram>,
+    /// Combined verdicts of committed evaluations.
+    pub decisions: Family<VerdictLabel, Counter>,
+    /// Automated decisions a moderator overturned, by plugin version.
+    pub reversals: Family<PluginLabels, Counter>,
+    /// Shadow decisions that disagreed with the enforced outcome.
+    pub shadow_disagreements: Family<PluginLabels, Counter>,
+    /// Host-side evaluation failures retried.
+    pub retries: Counter,
+    /// Evaluations dead-lettered.
+    pub dead_letters: Counter,
+    /// Items the reconciler queued again.
+    pub reconciled: Counter,
+    /// Plugin file loads by result: loaded, failed, unloaded.
+    pub plugin_reloads: Family<ResultLabel, Counter>,
+    /// Plugins quarantined after repeated failures.
+    pub plugin_quarantines: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("gavel");
+        let submissions = Family::<OutcomeLabel, Counter>::default();
+        registry.register("submissions", "Submissions by outcome", submissions.clone());
+        let idempotency_replays = Family::<RouteLabel, Counter>::default();
+        registry.register(
+            "idempotency_replays",
+            "Requests answered with a stored idempotent response",
+            idempotency_replays.clone(),
+        );
+        let fingerprint_duplicates = Counter::default();
+        registry.register(
+            "fingerprint_duplicates",
+            "Submissions held as duplicate text from one author",
+            fingerprint_duplicates.clone(),
+        );
+        let queue_lag_seconds = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "queue_lag_seconds",
+            "Seconds the oldest due item has waited",
+            queue_lag_seconds.clone(),
+        );
+        let queue_depth = Gauge::default();
+        registry.register("queue_depth", "Items in the evaluation queue", queue_depth.clone());
+        let evaluations_in_flight = Gauge::default();
+        registry.register(
+            "evaluations_in_flight",
+            "Evaluations running in this process",
+            evaluations_in_flight.clone(),
+        );
+        let leases_lost = Counter::default();
+        registry.register(
+            "leases_lost",
+            "Leases that expired during their evaluation",
+            leases_lost.clone(),
+        );
+        let stale_commits = Counter::default();
+        registry.register(
+            "stale_commits",
+            "Commits refused by the version check",
+            stale_commits.clone(),
+        );
+        let evaluations_committed = Counter::default();
+        registry.register(
+            "evaluations_committed",
+            "Evaluations committed",
+            evaluations_committed.clone(),
+        );
+        let rule_evaluations = Family::<PluginOutcomeLabels, Counter>::default();
+        registry.register(
+            "rule_evaluations",
+            "Rule evaluations by plugin version and outcome",
+            rule_evaluations.clone(),
+        );
+        let rule_evaluation_seconds =
+            Family::<PluginLabels, Histogram>::new_with_constructor(evaluation_seconds as fn() -> Histogram);
+        registry.register(
+            "rule_evaluation_seconds",
+            "Rule evaluation durations by plugin version",
+            rule_evaluation_seconds.clone(),
+        );
+        let decisions = Family::<VerdictLabel, Counter>::default();
+        registry.register(
+            "decisions",
+            "Combined verdicts of committed evaluations",
+            decisions.clone(),
+        );
+        let reversals = Family::<PluginLabels, Counter>::default();
+        registry.register(
+            "reversals",
+            "Automated decisions overturned by a moderator",
+            reversals.clone(),
+        );
+        let shadow_disagreements = Family::<PluginLabels, Counter>::default();
+        registry.register(
+            "shadow_disagreements",
+            "Shadow decisions that disagreed with the enforced outcome",
+            shadow_disagreements.clone(),
+        );
+        let retries = Counter::default();
+        registry.register("retries", "Host-side evaluation failures retried", retries.clone());
+        let dead_letters = Counter::default();
+        registry.register("dead_letters", "Evaluations dead-lettered", dead_letters.clone());
+        let reconciled = Counter::default();
+        registry.register("reconciled", "Items the reconciler queued again", reconciled.clone());
+        let plugin_reloads = Family::<ResultLabel, Counter>::default();
+        registry.register("plugin_reloads", "Plugin file loads by result", plugin_reloads.clone());
+        let plugin_quarantines = Counter::default();
+        registry.register("plugin_quarantines", "Plugins quarantined", plugin_quarantines.clone());
+        Metrics {
+            registry,
+            submissions,
+            idempotency_replays,
+            fingerprint_duplicates,
+            queue_lag_seconds,
+            queue_depth,
+            evaluations_in_flight,
+            leases_lost,
+            stale_commits,
+            evaluations_committed,
+            rule_evaluations,
+            rule_evaluation_seconds,
+            decisions,
+            reversals,
+            shadow_disagreements,
+            retries,
+            dead_letters,
+            reconciled,
+            plugin_reloads,
+            plugin_quarantines,
+        }
+    }
+
+    /// The OpenMetrics text.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+
+    /// Counts a submission outcome.
+    pub fn submission(&self, outcome: &'static str) {
+        self.submissions.get_or_create(&OutcomeLabel { outcome }).inc();
+    }
+
+    pub fn plugin(plugin: &str, version: &str) -> PluginLabels {
+        PluginLabels {
+            plugin: plugin.to_string(),
+            version: version.to_string(),
+        }
+    }
+}
