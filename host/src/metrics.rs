@@ -49,6 +49,18 @@ pub struct ResultLabel {
     pub result: &'static str,
 }
 
+/// Registers `metric` as `gavel_NAME` and remembers the name.
+fn reg(
+    registry: &mut Registry,
+    names: &mut Vec<String>,
+    name: &str,
+    help: &str,
+    metric: impl prometheus_client::registry::Metric,
+) {
+    names.push(format!("gavel_{name}"));
+    registry.register(name, help, metric);
+}
+
 fn evaluation_seconds() -> Histogram {
     // 10 µs .. ~5 s.
     Histogram::new(exponential_buckets(0.00001, 3.0, 13))
@@ -59,6 +71,8 @@ fn evaluation_seconds() -> Histogram {
 #[derive(Debug)]
 pub struct Metrics {
     registry: Registry,
+    /// Every family's exposition name (`gavel_…`), for docs and checks.
+    names: Vec<String>,
     /// Submissions by outcome: accepted, held_sync, rejected_sync, replayed,
     /// conflict, key_mismatch, rate_limited, invalid.
     pub submissions: Family<OutcomeLabel, Counter>,
@@ -109,95 +123,163 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("gavel");
+        let mut names = Vec::new();
         let submissions = Family::<OutcomeLabel, Counter>::default();
-        registry.register("submissions", "Submissions by outcome", submissions.clone());
+        reg(
+            &mut registry,
+            &mut names,
+            "submissions",
+            "Submissions by outcome",
+            submissions.clone(),
+        );
         let idempotency_replays = Family::<RouteLabel, Counter>::default();
-        registry.register(
+        reg(
+            &mut registry,
+            &mut names,
             "idempotency_replays",
             "Requests answered with a stored idempotent response",
             idempotency_replays.clone(),
         );
         let fingerprint_duplicates = Counter::default();
-        registry.register(
+        reg(
+            &mut registry,
+            &mut names,
             "fingerprint_duplicates",
             "Submissions held as duplicate text from one author",
             fingerprint_duplicates.clone(),
         );
         let queue_lag_seconds = Gauge::<f64, AtomicU64>::default();
-        registry.register(
+        reg(
+            &mut registry,
+            &mut names,
             "queue_lag_seconds",
             "Seconds the oldest due item has waited",
             queue_lag_seconds.clone(),
         );
         let queue_depth = Gauge::default();
-        registry.register("queue_depth", "Items in the evaluation queue", queue_depth.clone());
+        reg(
+            &mut registry,
+            &mut names,
+            "queue_depth",
+            "Items in the evaluation queue",
+            queue_depth.clone(),
+        );
         let evaluations_in_flight = Gauge::default();
-        registry.register(
+        reg(
+            &mut registry,
+            &mut names,
             "evaluations_in_flight",
             "Evaluations running in this process",
             evaluations_in_flight.clone(),
         );
         let leases_lost = Counter::default();
-        registry.register(
+        reg(
+            &mut registry,
+            &mut names,
             "leases_lost",
             "Leases that expired during their evaluation",
             leases_lost.clone(),
         );
         let stale_commits = Counter::default();
-        registry.register(
+        reg(
+            &mut registry,
+            &mut names,
             "stale_commits",
             "Commits refused by the version check",
             stale_commits.clone(),
         );
         let evaluations_committed = Counter::default();
-        registry.register(
+        reg(
+            &mut registry,
+            &mut names,
             "evaluations_committed",
             "Evaluations committed",
             evaluations_committed.clone(),
         );
         let rule_evaluations = Family::<PluginOutcomeLabels, Counter>::default();
-        registry.register(
+        reg(
+            &mut registry,
+            &mut names,
             "rule_evaluations",
             "Rule evaluations by plugin version and outcome",
             rule_evaluations.clone(),
         );
         let rule_evaluation_seconds =
             Family::<PluginLabels, Histogram>::new_with_constructor(evaluation_seconds as fn() -> Histogram);
-        registry.register(
+        reg(
+            &mut registry,
+            &mut names,
             "rule_evaluation_seconds",
             "Rule evaluation durations by plugin version",
             rule_evaluation_seconds.clone(),
         );
         let decisions = Family::<VerdictLabel, Counter>::default();
-        registry.register(
+        reg(
+            &mut registry,
+            &mut names,
             "decisions",
             "Combined verdicts of committed evaluations",
             decisions.clone(),
         );
         let reversals = Family::<PluginLabels, Counter>::default();
-        registry.register(
+        reg(
+            &mut registry,
+            &mut names,
             "reversals",
             "Automated decisions overturned by a moderator",
             reversals.clone(),
         );
         let shadow_disagreements = Family::<PluginLabels, Counter>::default();
-        registry.register(
+        reg(
+            &mut registry,
+            &mut names,
             "shadow_disagreements",
             "Shadow decisions that disagreed with the enforced outcome",
             shadow_disagreements.clone(),
         );
         let retries = Counter::default();
-        registry.register("retries", "Host-side evaluation failures retried", retries.clone());
+        reg(
+            &mut registry,
+            &mut names,
+            "retries",
+            "Host-side evaluation failures retried",
+            retries.clone(),
+        );
         let dead_letters = Counter::default();
-        registry.register("dead_letters", "Evaluations dead-lettered", dead_letters.clone());
+        reg(
+            &mut registry,
+            &mut names,
+            "dead_letters",
+            "Evaluations dead-lettered",
+            dead_letters.clone(),
+        );
         let reconciled = Counter::default();
-        registry.register("reconciled", "Items the reconciler queued again", reconciled.clone());
+        reg(
+            &mut registry,
+            &mut names,
+            "reconciled",
+            "Items the reconciler queued again",
+            reconciled.clone(),
+        );
         let plugin_reloads = Family::<ResultLabel, Counter>::default();
-        registry.register("plugin_reloads", "Plugin file loads by result", plugin_reloads.clone());
+        reg(
+            &mut registry,
+            &mut names,
+            "plugin_reloads",
+            "Plugin file loads by result",
+            plugin_reloads.clone(),
+        );
         let plugin_quarantines = Counter::default();
-        registry.register("plugin_quarantines", "Plugins quarantined", plugin_quarantines.clone());
+        reg(
+            &mut registry,
+            &mut names,
+            "plugin_quarantines",
+            "Plugins quarantined",
+            plugin_quarantines.clone(),
+        );
         Metrics {
             registry,
+            names,
             submissions,
             idempotency_replays,
             fingerprint_duplicates,
@@ -218,6 +300,11 @@ impl Metrics {
             plugin_reloads,
             plugin_quarantines,
         }
+    }
+
+    /// The name of every metric family this exports (`gavel_queue_depth`, ...).
+    pub fn family_names(&self) -> &[String] {
+        &self.names
     }
 
     /// The OpenMetrics text.

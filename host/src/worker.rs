@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// Asks the coordinator for evaluations. Cheap to clone.
 #[derive(Clone)]
@@ -384,7 +385,15 @@ impl Worker {
             correlation_id: format!("eval-{}", uuid::Uuid::now_v7()),
             now: now_ms(),
         };
-        match self.store.commit_evaluation(&commit).await? {
+        let span = tracing::info_span!(
+            "item.transition",
+            item = id,
+            version = item.version,
+            from = %item.status,
+            to = %to.map_or(item.status, |t| t),
+            correlation_id = %commit.correlation_id
+        );
+        match self.store.commit_evaluation(&commit).instrument(span).await? {
             CommitOutcome::Transitioned { version } => {
                 self.count_commit(combined);
                 tracing::info!(item = id, from = %item.status, to = %target, version, "item.transition");

@@ -67,6 +67,23 @@ async fn metrics_move_with_the_workload() {
         assert!(before.contains_key(name), "{name} missing from /metrics: {before:#?}");
     }
     assert_eq!(get(&before, "gavel_plugin_reloads_total{result=loaded}"), 4.0);
+    // The shipped dashboard and alerts only use metrics gavel exports.
+    let exported = gavel::metrics::Metrics::new().family_names().to_vec();
+    assert!(exported.len() >= 19);
+    for file in ["deploy/prometheus-alerts.yml", "deploy/grafana-dashboard.json"] {
+        let body = std::fs::read_to_string(gavel_tests::repo_root().join(file)).unwrap();
+        for (i, _) in body.match_indices("gavel_") {
+            let name: String = body[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let family = name.trim_end_matches("_bucket").trim_end_matches("_total");
+            assert!(
+                exported.iter().any(|e| e == family),
+                "{file} uses {name}, which /metrics does not export"
+            );
+        }
+    }
 
     // A replayed idempotent request increments the replay counter exactly once.
     assert_eq!(submit(&s, "m1", "hello metrics", Some("k-1")).await.status(), 202);
