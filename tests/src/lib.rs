@@ -90,3 +90,29 @@ fn proc_status_kib(field: &str) -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("{field} missing from /proc/self/status"))
 }
+
+/// `wasm` with a custom section appended: a valid component with the same
+/// behaviour and declared version, and a different digest (for hot-swap tests).
+pub fn component_variant(wasm: &[u8], n: u32) -> Vec<u8> {
+    fn leb(mut v: u32, out: &mut Vec<u8>) {
+        loop {
+            let byte = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                out.push(byte);
+                return;
+            }
+            out.push(byte | 0x80);
+        }
+    }
+    let name = b"gavel-test-variant";
+    let mut payload = Vec::new();
+    leb(name.len() as u32, &mut payload);
+    payload.extend_from_slice(name);
+    payload.extend_from_slice(&n.to_le_bytes());
+    let mut out = wasm.to_vec();
+    out.push(0);
+    leb(payload.len() as u32, &mut out);
+    out.extend_from_slice(&payload);
+    out
+}

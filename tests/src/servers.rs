@@ -29,7 +29,36 @@ fn which(program: &str) -> Option<PathBuf> {
 pub struct Postgres {
     port: u16,
     next_db: AtomicU32,
+    pid: std::sync::Mutex<Option<u32>>,
     _dir: tempfile::TempDir,
+}
+
+fn is_root() -> bool {
+    unsafe_geteuid() == 0
+}
+
+/// The user PostgreSQL runs as when the tests run as root.
+fn pg_user() -> &'static str {
+    ["postgres", "nobody"]
+        .into_iter()
+        .find(|u| {
+            Command::new("id")
+                .arg(u)
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+        .expect("a non-root user to run PostgreSQL as")
+}
+
+fn as_pg_user(program: &Path) -> Command {
+    if is_root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", pg_user(), "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
 }
 
 /// The shared PostgreSQL server, started on first use. It stops by itself
@@ -42,47 +71,40 @@ pub fn postgres() -> &'static Postgres {
 impl Postgres {
     fn start() -> Postgres {
         let initdb = which("initdb").expect("initdb (PostgreSQL 15) is not on PATH; `cargo xtask test` checks for it");
-        let postgres = which("postgres").expect("postgres is not on PATH");
         let dir = tempfile::tempdir().unwrap();
         let data = dir.path().join("data");
         // PostgreSQL refuses to run as root: drop to the `postgres` (or `nobody`) user.
-        let is_root = unsafe_geteuid() == 0;
-        let user = ["postgres", "nobody"].into_iter().find(|u| {
-            Command::new("id")
-                .arg(u)
-                .stdout(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        });
-        let as_user = |program: &Path| -> Command {
-            if is_root {
-                let mut c = Command::new("runuser");
-                c.args(["-u", user.expect("a non-root user to run PostgreSQL as"), "--"])
-                    .arg(program);
-                c
-            } else {
-                Command::new(program)
-            }
-        };
-        if is_root {
-            let uid = Command::new("id").args(["-u", user.unwrap()]).output().unwrap();
+        if is_root() {
+            let uid = Command::new("id").args(["-u", pg_user()]).output().unwrap();
             let uid: u32 = String::from_utf8_lossy(&uid.stdout).trim().parse().unwrap();
             std::os::unix::fs::chown(dir.path(), Some(uid), None).unwrap();
         }
-        let status = as_user(&initdb)
+        let status = as_pg_user(&initdb)
             .args(["-A", "trust", "-U", "gavel", "--no-sync", "-E", "UTF8", "-D"])
             .arg(&data)
             .stdout(Stdio::null())
             .status()
             .unwrap();
         assert!(status.success(), "initdb failed");
-        let port = free_port();
-        let mut server = as_user(&postgres);
+        let pg = Postgres {
+            port: free_port(),
+            next_db: AtomicU32::new(0),
+            pid: std::sync::Mutex::new(None),
+            _dir: dir,
+        };
+        pg.launch();
+        pg
+    }
+
+    fn launch(&self) {
+        let postgres = which("postgres").expect("postgres is not on PATH");
+        let dir = self._dir.path();
+        let mut server = as_pg_user(&postgres);
         server
             .arg("-D")
-            .arg(&data)
-            .args(["-p", &port.to_string(), "-k"])
-            .arg(dir.path())
+            .arg(dir.join("data"))
+            .args(["-p", &self.port.to_string(), "-k"])
+            .arg(dir)
             .args([
                 "-c",
                 "listen_addresses=127.0.0.1",
@@ -95,27 +117,57 @@ impl Postgres {
             .chain(server.get_args())
             .map(|a| format!("'{}'", a.to_string_lossy()))
             .collect();
+        let pidfile = dir.join("server.pid");
+        let _ = std::fs::remove_file(&pidfile);
         let script = format!(
-            "{} >{}/pg.log 2>&1 & pg=$!; while kill -0 {} 2>/dev/null; do sleep 0.5; done; kill -QUIT $pg",
+            "{} >>{}/pg.log 2>&1 & pg=$!; echo $pg > '{}'; while kill -0 {} 2>/dev/null && kill -0 $pg 2>/dev/null; do sleep 0.5; done; kill -QUIT $pg 2>/dev/null",
             cmdline.join(" "),
-            dir.path().display(),
+            dir.display(),
+            pidfile.display(),
             std::process::id()
         );
         Command::new("sh").args(["-c", &script]).spawn().unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&pidfile)
+                && let Ok(pid) = text.trim().parse::<u32>()
+                && std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+            {
+                *self.pid.lock().unwrap() = Some(pid);
+                return;
+            }
             assert!(
                 Instant::now() < deadline,
                 "PostgreSQL did not start; see {}/pg.log",
-                dir.path().display()
+                dir.display()
             );
             std::thread::sleep(Duration::from_millis(50));
         }
-        Postgres {
-            port,
-            next_db: AtomicU32::new(0),
-            _dir: dir,
+    }
+
+    /// Restarts the server in immediate mode (SIGQUIT: no checkpoint, crash
+    /// recovery on start), as an operator's `pg_ctl restart -m immediate`.
+    pub fn restart_immediate(&self) {
+        // The postmaster's own pid (the watchdog knows only its wrapper's).
+        let pidfile = self._dir.path().join("data/postmaster.pid");
+        let pid = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|t| t.lines().next().map(|l| l.trim().to_string()));
+        if let Some(pid) = pid {
+            let _ = Command::new("kill").args(["-QUIT", &pid]).status();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Command::new("kill")
+                .args(["-0", &pid])
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+            {
+                assert!(Instant::now() < deadline, "PostgreSQL did not stop");
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
+        self.pid.lock().unwrap().take();
+        self.launch();
     }
 
     /// A new empty database; returns its URL.

@@ -7,32 +7,6 @@ use serde_json::{Value, json};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// `wasm` with a custom section appended: a valid component with the same
-/// behaviour and version, and a different digest.
-fn variant(wasm: &[u8], n: u32) -> Vec<u8> {
-    fn leb(mut v: u32, out: &mut Vec<u8>) {
-        loop {
-            let byte = (v & 0x7f) as u8;
-            v >>= 7;
-            if v == 0 {
-                out.push(byte);
-                return;
-            }
-            out.push(byte | 0x80);
-        }
-    }
-    let name = b"gavel-test-variant";
-    let mut payload = Vec::new();
-    leb(name.len() as u32, &mut payload);
-    payload.extend_from_slice(name);
-    payload.extend_from_slice(&n.to_le_bytes());
-    let mut out = wasm.to_vec();
-    out.push(0);
-    leb(payload.len() as u32, &mut out);
-    out.extend_from_slice(&payload);
-    out
-}
-
 /// Deploys the recommended way: write under another name, then rename.
 fn deploy(dir: &Path, name: &str, bytes: &[u8]) {
     let tmp = dir.join(format!(".{name}.tmp"));
@@ -111,7 +85,7 @@ async fn hot_swaps_under_load_stamp_every_decision_with_loaded_code(backend: Bac
         })
     };
     for n in 0..100 {
-        deploy(&dir, "flag-ratio.wasm", &variant(&original, n));
+        deploy(&dir, "flag-ratio.wasm", &gavel_tests::component_variant(&original, n));
         tokio::time::sleep(Duration::from_millis(150)).await;
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -264,7 +238,7 @@ async fn bad_files_keep_the_previous_version_serving(backend: Backend) {
     deploy(
         &dir,
         "copy-of-flag-ratio.wasm",
-        &variant(&std::fs::read(gavel_tests::guests::FLAG_RATIO).unwrap(), 1),
+        &gavel_tests::component_variant(&std::fs::read(gavel_tests::guests::FLAG_RATIO).unwrap(), 1),
     );
     wait_until("duplicate name refused", async || {
         plugins(&s).await["failures"]
@@ -275,7 +249,7 @@ async fn bad_files_keep_the_previous_version_serving(backend: Backend) {
     })
     .await;
     // Fix the file: the new version loads. Delete it: the plugin is unloaded.
-    deploy(&dir, "link-spam.wasm", &variant(&original, 7));
+    deploy(&dir, "link-spam.wasm", &gavel_tests::component_variant(&original, 7));
     wait_until("fixed file loads", async || {
         plugin(&plugins(&s).await, "link-spam").is_some_and(|p| p["digest"] != good)
     })
@@ -311,7 +285,7 @@ async fn bad_files_keep_the_previous_version_serving(backend: Backend) {
 async fn a_file_written_in_chunks_is_never_run_half_written(backend: Backend) {
     let s = TestServer::start(backend).await;
     let dir = s.config.plugin_dir.clone();
-    let bytes = variant(&std::fs::read(gavel_tests::guests::DUPLICATE_BURST).unwrap(), 42);
+    let bytes = gavel_tests::component_variant(&std::fs::read(gavel_tests::guests::DUPLICATE_BURST).unwrap(), 42);
     let final_digest = gavel::rules::Digest::of(&bytes).to_hex();
     let load = {
         let (http, url, token) = (s.http.clone(), s.url.clone(), s.client.clone());
