@@ -425,6 +425,23 @@ async fn a_shadow_plugin_never_changes_a_status(backend: Backend) {
     s.stop().await.unwrap();
 }
 
+/// Compilation is bounded: past `compile_timeout_ms` a file is reported,
+/// not waited for.
+async fn a_compilation_past_its_bound_is_reported(backend: Backend) {
+    let s = TestServer::start_with(backend, |c| c.limits.compile_timeout = Duration::from_millis(1)).await;
+    let list = plugins(&s).await;
+    assert!(list["plugins"].as_array().unwrap().is_empty(), "{list:#}");
+    let failures = list["failures"].as_array().unwrap();
+    assert_eq!(failures.len(), 4);
+    assert!(failures.iter().all(|f| {
+        f["error"]
+            .as_str()
+            .unwrap()
+            .contains("compilation took longer than 1 ms")
+    }));
+    s.stop().await.unwrap();
+}
+
 macro_rules! on {
     ($backend:ident: $($test:ident),* $(,)?) => {
         $(
@@ -443,6 +460,7 @@ mod sqlite {
         a_file_written_in_chunks_is_never_run_half_written,
         a_restart_loads_compiled_code_from_the_cache,
         a_shadow_plugin_never_changes_a_status,
+        a_compilation_past_its_bound_is_reported,
     );
 }
 

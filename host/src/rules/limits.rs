@@ -34,6 +34,9 @@ pub struct RuntimeLimits {
     pub max_concurrent_evaluations: u32,
     /// Log lines one evaluation may write; the rest are dropped and counted.
     pub max_log_lines: u32,
+    /// A component whose compilation takes longer is reported, not loaded.
+    #[serde(with = "crate::duration_ms", rename = "compile_timeout_ms")]
+    pub compile_timeout: Duration,
     /// Consecutive failed evaluations (trap, timeout, memory, invalid) after
     /// which a plugin is quarantined: not evaluated until its file changes.
     pub quarantine_after: u32,
@@ -55,6 +58,7 @@ impl Default for RuntimeLimits {
             max_concurrent_evaluations: 128,
             max_log_lines: 32,
             quarantine_after: 5,
+            compile_timeout: Duration::from_secs(120),
         }
     }
 }

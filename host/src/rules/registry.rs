@@ -391,7 +391,7 @@ impl Registry {
     fn load_one(&self, path: &Path, bytes: &[u8]) -> Result<RegisteredPlugin, String> {
         let manifest = Manifest::for_component(path)?;
         let config = manifest.config_pairs()?;
-        let plugin = self.engine.load_bytes(path, bytes).map_err(|e| e.to_string())?;
+        let plugin = self.compile_bounded(path, bytes)?;
         let limits = self.engine.limits();
         let memory_bytes = manifest.limits.memory_bytes.unwrap_or(limits.memory_bytes);
         if memory_bytes > super::MEMORY_CEILING_BYTES {
@@ -421,6 +421,30 @@ impl Registry {
             disagreements: AtomicU64::new(0),
             plugin,
         })
+    }
+
+    /// Compiles on a helper thread and gives up after `compile_timeout`: a
+    /// pathological file is reported instead of holding the reload thread.
+    /// (wasmtime cannot interrupt a compilation; the abandoned thread finishes
+    /// on its own and its result is dropped.)
+    fn compile_bounded(&self, path: &Path, bytes: &[u8]) -> Result<LoadedPlugin, String> {
+        let timeout = self.engine.limits().compile_timeout;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (engine, path_buf, bytes) = (self.engine.clone(), path.to_path_buf(), bytes.to_vec());
+        std::thread::Builder::new()
+            .name("gavel-compile".into())
+            .spawn(move || {
+                let _ = tx.send(engine.load_bytes(&path_buf, &bytes));
+            })
+            .map_err(|e| format!("cannot start a compile thread: {e}"))?;
+        match rx.recv_timeout(timeout) {
+            Ok(result) => result.map_err(|e| e.to_string()),
+            Err(_) => Err(format!(
+                "{}: compilation took longer than {} ms; not loaded",
+                path.display(),
+                timeout.as_millis()
+            )),
+        }
     }
 
     /// Unloads everything (process shutdown), recording it.
