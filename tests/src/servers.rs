@@ -570,3 +570,71 @@ impl Drop for GavelProcess {
         self.kill();
     }
 }
+
+/// What it took to get one idempotent submission acknowledged.
+pub struct Acknowledged {
+    pub id: String,
+    /// Requests sent (1 when nothing failed).
+    pub attempts: u64,
+    /// Answers that were 503 (each with Retry-After).
+    pub unavailable: u64,
+}
+
+/// Submits item `i` (external id `ext-i`, author `author-i`) with
+/// Idempotency-Key `submit-i` until it is acknowledged, retrying with the
+/// same key after connection errors, 409 (in flight) and 503; any other
+/// answer is a test failure (in particular any other 5xx).
+pub async fn submit_until_acknowledged(http: &reqwest::Client, url: &str, token: &str, i: u64) -> Acknowledged {
+    let body = serde_json::json!({"external_id": format!("ext-{i}"), "kind": "post", "author": format!("author-{i}"), "text": format!("post number {i}")});
+    let (mut attempts, mut unavailable) = (0, 0);
+    loop {
+        attempts += 1;
+        let r = http
+            .post(format!("{url}/v1/items"))
+            .bearer_auth(token)
+            .header("Idempotency-Key", format!("submit-{i}"))
+            .json(&body)
+            .timeout(Duration::from_secs(5))
+            .send()
+            .await;
+        match r {
+            Ok(r) if r.status() == 202 => {
+                let id = r.json::<serde_json::Value>().await.unwrap()["id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+                return Acknowledged {
+                    id,
+                    attempts,
+                    unavailable,
+                };
+            }
+            Ok(r) if r.status() == 503 => {
+                assert!(r.headers().contains_key("retry-after"), "503 without Retry-After");
+                unavailable += 1;
+            }
+            Ok(r) => {
+                let status = r.status().as_u16();
+                assert_eq!(
+                    status,
+                    409,
+                    "submission {i}: unexpected {status}: {}",
+                    r.text().await.unwrap_or_default()
+                );
+            }
+            Err(_) => {} // the api process is down: retry
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Adds a deliberately slow rule (`slow.wasm`, the misbehave fixture
+/// spinning `spin_ms` per evaluation, deadline 5 s) to `plugin_dir`.
+pub fn add_slow_rule(plugin_dir: &Path, spin_ms: u64) {
+    std::fs::copy(crate::guests::MISBEHAVE, plugin_dir.join("slow.wasm")).unwrap();
+    std::fs::write(
+        plugin_dir.join("slow.toml"),
+        format!("[limits]\nasync_deadline_ms = 5000\n[config]\nmode = \"spin\"\nspin_ms = {spin_ms}\n"),
+    )
+    .unwrap();
+}

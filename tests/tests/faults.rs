@@ -9,7 +9,7 @@
 //! checked with SQL. The random schedule's seed is printed; set
 //! `GAVEL_FAULT_SEED` to replay it.
 
-use gavel_tests::servers::{GavelProcess, Redis, postgres};
+use gavel_tests::servers::{GavelProcess, Redis, postgres, submit_until_acknowledged};
 use serde_json::json;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -38,47 +38,6 @@ struct Tally {
     retries: AtomicU64,
     unavailable: AtomicU64,
     moderations: AtomicU64,
-}
-
-/// Submits until acknowledged, retrying with the same key on any failure;
-/// any 5xx but 503 (with Retry-After) is a violation.
-async fn submit(http: &reqwest::Client, url: &str, token: &str, i: u64, tally: &Tally) -> String {
-    let body = json!({"external_id": format!("ext-{i}"), "kind": "post", "author": format!("author-{i}"), "text": format!("post number {i}")});
-    loop {
-        tally.operations.fetch_add(1, Ordering::Relaxed);
-        let r = http
-            .post(format!("{url}/v1/items"))
-            .bearer_auth(token)
-            .header("Idempotency-Key", format!("submit-{i}"))
-            .json(&body)
-            .timeout(Duration::from_secs(5))
-            .send()
-            .await;
-        match r {
-            Ok(r) if r.status() == 202 => {
-                return r.json::<serde_json::Value>().await.unwrap()["id"]
-                    .as_str()
-                    .unwrap()
-                    .to_string();
-            }
-            Ok(r) if r.status() == 503 => {
-                assert!(r.headers().contains_key("retry-after"), "503 without Retry-After");
-                tally.unavailable.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok(r) => {
-                let status = r.status().as_u16();
-                assert_eq!(
-                    status,
-                    409,
-                    "submission {i}: unexpected {status}: {}",
-                    r.text().await.unwrap_or_default()
-                );
-            }
-            Err(_) => {} // the api process is down: retry
-        }
-        tally.retries.fetch_add(1, Ordering::Relaxed);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Sends a request until it gets an answer that is not a failure of the
@@ -127,12 +86,11 @@ async fn fault_injection_suite() {
     for (name, path) in [
         ("link-spam", gavel_tests::guests::LINK_SPAM),
         ("flag-ratio", gavel_tests::guests::FLAG_RATIO),
-        ("slow", gavel_tests::guests::MISBEHAVE),
     ] {
         std::fs::copy(path, plugins.join(format!("{name}.wasm"))).unwrap();
     }
     // Every evaluation takes a while, so pauses and kills land mid-evaluation.
-    std::fs::write(plugins.join("slow.toml"), "[config]\nmode = \"spin\"\nspin_ms = 100\n").unwrap();
+    gavel_tests::servers::add_slow_rule(&plugins, 100);
     let pg = postgres();
     let db = pg.database().await;
     let redis = Redis::start();
@@ -197,7 +155,11 @@ max_wait_ms = 500
         lanes.spawn(async move {
             while !done.load(Ordering::Relaxed) {
                 let i = next_item.fetch_add(1, Ordering::Relaxed);
-                let id = submit(&http, &url, &client, i, &tally).await;
+                let ack = submit_until_acknowledged(&http, &url, &client, i).await;
+                tally.operations.fetch_add(ack.attempts, Ordering::Relaxed);
+                tally.retries.fetch_add(ack.attempts - 1, Ordering::Relaxed);
+                tally.unavailable.fetch_add(ack.unavailable, Ordering::Relaxed);
+                let id = ack.id;
                 acknowledged.lock().unwrap().push(id.clone());
                 match lane_rng.below(10) {
                     // A hot item: a burst of flags.

@@ -1,42 +1,9 @@
 //! The embedded default (one process, SQLite) under SIGKILL. The
 //! multi-process suite on PostgreSQL and Redis is `faults.rs`.
 
-use gavel_tests::servers::GavelProcess;
+use gavel_tests::servers::{GavelProcess, submit_until_acknowledged};
 use serde_json::json;
 use std::time::{Duration, Instant};
-
-/// Submits until acknowledged, retrying with the same key on any failure.
-async fn submit_until_acknowledged(http: &reqwest::Client, url: &str, token: &str, i: usize) -> String {
-    let body = json!({"external_id": format!("ext-{i}"), "kind": "post", "author": format!("author-{i}"), "text": format!("post {i}")});
-    loop {
-        let r = http
-            .post(format!("{url}/v1/items"))
-            .bearer_auth(token)
-            .header("Idempotency-Key", format!("submit-{i}"))
-            .json(&body)
-            .timeout(Duration::from_secs(5))
-            .send()
-            .await;
-        match r {
-            Ok(r) if r.status() == 202 => {
-                return r.json::<serde_json::Value>().await.unwrap()["id"]
-                    .as_str()
-                    .unwrap()
-                    .to_string();
-            }
-            Ok(r) => {
-                let status = r.status().as_u16();
-                assert!(
-                    status == 409 || status == 503,
-                    "submission {i}: unexpected {status}: {}",
-                    r.text().await.unwrap_or_default()
-                );
-            }
-            Err(_) => {} // the api process is down: retry
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 /// The embedded default (SQLite, embedded coordinator) SIGKILLed with
 /// evaluations still queued in memory: after a restart the reconciler finds
@@ -71,8 +38,8 @@ max_wait_ms = 60000
     let mut gavel = GavelProcess::start(dir.path(), "gavel", &config);
     let http = reqwest::Client::new();
     let mut ids = Vec::new();
-    for i in 0..50 {
-        let id = submit_until_acknowledged(&http, &gavel.url(), &client, i).await;
+    for i in 0..50u64 {
+        let id = submit_until_acknowledged(&http, &gavel.url(), &client, i).await.id;
         // Six flags: judged only after a minute-long window, i.e. never before the kill.
         for e in 0..6 {
             let r = http

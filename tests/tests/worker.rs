@@ -167,12 +167,7 @@ async fn a_lost_lease_never_applies_twice(backend: Backend) {
         c.evaluation.debounce.window_ms = 10;
         c.evaluation.debounce.max_wait_ms = 10;
         c.limits.async_deadline = Duration::from_secs(5);
-        std::fs::copy(gavel_tests::guests::MISBEHAVE, c.plugin_dir.join("slow.wasm")).unwrap();
-        std::fs::write(
-            c.plugin_dir.join("slow.toml"),
-            "[limits]\nasync_deadline_ms = 5000\n[config]\nmode = \"spin\"\nspin_ms = 1200\n",
-        )
-        .unwrap();
+        gavel_tests::servers::add_slow_rule(&c.plugin_dir, 1200);
     };
     let a = TestServer::start_with(backend, slow).await;
     // With the embedded coordinator, both workers must share one process's
