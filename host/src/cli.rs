@@ -34,6 +34,54 @@ pub enum Command {
         #[command(flatten)]
         flags: crate::config::ServeFlags,
     },
+    /// Webhook deliveries that exhausted their attempts.
+    Deliveries {
+        #[command(subcommand)]
+        command: DeliveryCommand,
+        #[command(flatten)]
+        flags: crate::config::ServeFlags,
+    },
+    /// Tools for development and demos.
+    #[command(subcommand)]
+    Dev(DevCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DeliveryCommand {
+    /// List dead deliveries (or every delivery with --all).
+    List {
+        #[arg(long)]
+        all: bool,
+    },
+    /// Send a dead delivery again (the running gavel's dispatcher picks it up).
+    Replay { id: i64 },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DevCommand {
+    /// A stand-in classifier: accepts gavel's signed provider requests and
+    /// answers each with a signed callback.
+    FakeProvider {
+        #[arg(long, default_value = "127.0.0.1:9090")]
+        listen: std::net::SocketAddr,
+        /// The provider's shared secret (as in `[providers.NAME] secret`).
+        #[arg(long, env = "GAVEL_FAKE_PROVIDER_SECRET")]
+        secret: String,
+        /// The verdict of every answer: allow, flag, hold or reject.
+        #[arg(long, default_value = "allow")]
+        verdict: String,
+        #[arg(long, default_value = "looks fine to the fake classifier")]
+        reason: String,
+        /// Wait this long before answering.
+        #[arg(long, default_value_t = 1000)]
+        delay_ms: u64,
+        /// Send each answer this many times (a provider retrying its webhook).
+        #[arg(long, default_value_t = 1)]
+        copies: u32,
+        /// Never answer (to watch the provider timeout).
+        #[arg(long)]
+        silent: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -101,6 +149,76 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::DeadLetters { command, flags } => {
             let config = crate::config::Config::load(&flags)?;
             tokio::runtime::Runtime::new()?.block_on(run_dead_letters(config, command))
+        }
+        Command::Deliveries { command, flags } => {
+            let config = crate::config::Config::load(&flags)?;
+            tokio::runtime::Runtime::new()?.block_on(run_deliveries(config, command))
+        }
+        Command::Dev(DevCommand::FakeProvider {
+            listen,
+            secret,
+            verdict,
+            reason,
+            delay_ms,
+            copies,
+            silent,
+        }) => {
+            anyhow::ensure!(
+                verdict.parse::<crate::verdict::Verdict>().is_ok_and(|v| v != crate::verdict::Verdict::Defer),
+                "--verdict must be allow, flag, hold or reject"
+            );
+            let options = crate::providers::fake::FakeOptions {
+                secret,
+                verdict,
+                reason,
+                delay: std::time::Duration::from_millis(delay_ms),
+                copies,
+                silent,
+            };
+            tokio::runtime::Runtime::new()?.block_on(async move {
+                let listener = tokio::net::TcpListener::bind(listen)
+                    .await
+                    .with_context(|| format!("binding {listen}"))?;
+                let mut fake = crate::providers::fake::FakeProvider::start(listener, options)?;
+                eprintln!("fake provider listening: configure `url = \"{}\"`", fake.url);
+                tokio::select! {
+                    _ = fake.wait() => {}
+                    _ = crate::shutdown_signal() => {}
+                }
+                anyhow::Ok(())
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+async fn run_deliveries(config: crate::config::Config, cmd: DeliveryCommand) -> anyhow::Result<ExitCode> {
+    let store = crate::store::open(&config.database_url(), 2).await?;
+    match cmd {
+        DeliveryCommand::List { all } => {
+            let deliveries = store.deliveries(all, 1000).await?;
+            for d in &deliveries {
+                println!(
+                    "{}\t{}\tendpoint={}\tevent={}\tattempts={}\t{}",
+                    d.id,
+                    d.status,
+                    d.endpoint,
+                    d.event_id,
+                    d.attempts,
+                    d.last_error.as_deref().unwrap_or("")
+                );
+            }
+            eprintln!("{} deliver(ies)", deliveries.len());
+            Ok(ExitCode::SUCCESS)
+        }
+        DeliveryCommand::Replay { id } => {
+            if store.replay_delivery(id, crate::store::now_ms()).await? {
+                println!("delivery {id} is pending again");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                eprintln!("no dead delivery {id}");
+                Ok(ExitCode::FAILURE)
+            }
         }
     }
 }
@@ -200,7 +318,7 @@ fn run_cases(engine: &RuleEngine, file: &Path, cases: &Path) -> anyhow::Result<E
     for case in &cases {
         let evaluation = evaluate_spec(engine, &plugin, &case.snapshot);
         let result = match &evaluation.decision {
-            Some(d) => case.expect.check(d.verdict.as_str(), &d.labels),
+            Some(d) => case.expect.check(d.verdict.as_str(), &d.labels, d.provider.as_deref()),
             None => Err(describe(&evaluation)),
         };
         match result {

@@ -42,8 +42,100 @@ pub struct Config {
     pub limits: RuntimeLimits,
     pub ingest: IngestConfig,
     pub evaluation: EvaluationConfig,
+    /// External classifiers rules may defer to (`[providers.NAME]`).
+    pub providers: BTreeMap<String, ProviderConfig>,
+    /// Endpoints every transition is delivered to (`[webhooks.NAME]`).
+    pub webhooks: BTreeMap<String, WebhookConfig>,
+    /// Retries and timeouts of webhook deliveries.
+    pub delivery: DeliveryConfig,
+    /// The URL providers reach this deployment at (for `callback_url` in
+    /// provider requests); default `http://LISTEN`.
+    pub public_url: Option<String>,
     /// How long shutdown waits for in-flight requests and evaluations.
     pub shutdown_grace_ms: u64,
+}
+
+/// An external (often AI) classifier answering by signed callback.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// Where requests are POSTed.
+    pub url: String,
+    /// Shared secret: signs requests to the provider and verifies its
+    /// callbacks (HMAC-SHA256 over `timestamp.body`).
+    pub secret: String,
+    /// Per HTTP request.
+    #[serde(default = "ProviderConfig::default_request_timeout_ms")]
+    pub request_timeout_ms: u64,
+    /// An item still waiting this long after the hand-off goes to
+    /// `held_for_review` with cause `provider_timeout`.
+    #[serde(default = "ProviderConfig::default_deadline_ms")]
+    pub deadline_ms: i64,
+    /// First retry delay of a request that failed (doubling, jittered, capped).
+    #[serde(default = "ProviderConfig::default_retry_base_ms")]
+    pub retry_base_ms: u64,
+    #[serde(default = "ProviderConfig::default_retry_max_ms")]
+    pub retry_max_ms: u64,
+}
+
+impl ProviderConfig {
+    fn default_request_timeout_ms() -> u64 {
+        5_000
+    }
+    fn default_deadline_ms() -> i64 {
+        15 * 60_000
+    }
+    fn default_retry_base_ms() -> u64 {
+        500
+    }
+    fn default_retry_max_ms() -> u64 {
+        30_000
+    }
+}
+
+/// A platform endpoint receiving signed transition events.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookConfig {
+    pub url: String,
+    /// Signs every delivery (HMAC-SHA256 over `timestamp.body`).
+    pub secret: String,
+    /// Only transitions into these statuses (empty: all).
+    #[serde(default)]
+    pub statuses: Vec<crate::status::ItemStatus>,
+    /// Only items of these kinds (empty: all).
+    #[serde(default)]
+    pub kinds: Vec<String>,
+}
+
+/// Webhook delivery: at least once, per item in version order, bounded retries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DeliveryConfig {
+    /// Per HTTP request.
+    pub timeout_ms: u64,
+    /// Attempts before a delivery is dead-lettered (replayable).
+    pub max_attempts: u32,
+    /// First retry delay (doubling, jittered, capped at `retry_max_ms`).
+    pub retry_base_ms: u64,
+    pub retry_max_ms: u64,
+    /// Deliveries in flight per process.
+    pub concurrency: usize,
+    /// How often the dispatcher looks for new events when idle.
+    pub poll_interval_ms: u64,
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        DeliveryConfig {
+            timeout_ms: 5_000,
+            max_attempts: 10,
+            retry_base_ms: 1_000,
+            retry_max_ms: 5 * 60_000,
+            concurrency: 32,
+            poll_interval_ms: 200,
+        }
+    }
 }
 
 impl Default for Config {
@@ -61,6 +153,10 @@ impl Default for Config {
             limits: RuntimeLimits::default(),
             ingest: IngestConfig::default(),
             evaluation: EvaluationConfig::default(),
+            providers: BTreeMap::new(),
+            webhooks: BTreeMap::new(),
+            delivery: DeliveryConfig::default(),
+            public_url: None,
             shutdown_grace_ms: 30_000,
         }
     }
@@ -323,7 +419,41 @@ impl Config {
             .merge(Serialized::defaults(flags))
             .extract()
             .map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
+        config.validate()?;
         Ok(config)
+    }
+
+    /// Refuses settings that would only fail later, at the first hand-off or delivery.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let endpoints = self
+            .providers
+            .iter()
+            .map(|(n, p)| (format!("providers.{n}"), &p.url, &p.secret))
+            .chain(
+                self.webhooks
+                    .iter()
+                    .map(|(n, w)| (format!("webhooks.{n}"), &w.url, &w.secret)),
+            );
+        for (what, url, secret) in endpoints {
+            anyhow::ensure!(
+                url.starts_with("http://") || url.starts_with("https://"),
+                "configuration: {what}.url must be an http:// or https:// URL, got {url:?}"
+            );
+            anyhow::ensure!(
+                secret.len() >= 16,
+                "configuration: {what}.secret must be at least 16 bytes"
+            );
+        }
+        Ok(())
+    }
+
+    /// Where providers send callbacks: `public_url`, else `http://LISTEN`.
+    pub fn public_url(&self) -> String {
+        self.public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{}", self.listen))
+            .trim_end_matches('/')
+            .to_string()
     }
 
     /// The database URL, defaulting to SQLite in the data directory.

@@ -14,6 +14,7 @@ use std::sync::Arc;
 pub fn status_for(verdict: Verdict) -> ItemStatus {
     match verdict {
         Verdict::Allow | Verdict::Flag => ItemStatus::Visible,
+        Verdict::Defer => ItemStatus::AwaitingProvider,
         Verdict::Hold => ItemStatus::HeldForReview,
         Verdict::Reject => ItemStatus::Rejected,
     }
@@ -85,7 +86,11 @@ pub struct Judgement {
     pub started_at: i64,
     /// The most severe verdict among enforcing plugins (failures count as
     /// `hold` when fail-closed), `None` if no enforcing plugin decided.
+    /// `defer` never comes out of the `sync` phase.
     pub verdict: Option<Verdict>,
+    /// With a `defer` verdict: the provider the first deferring enforcing
+    /// plugin named.
+    pub provider: Option<String>,
 }
 
 impl Judgement {
@@ -100,7 +105,7 @@ impl Judgement {
                     plugin: e.plugin.name.clone(),
                     plugin_version: e.plugin.version.clone(),
                     plugin_digest: e.plugin.digest.to_hex(),
-                    phase,
+                    phase: phase.into(),
                     verdict: d.map(|d| d.verdict),
                     score: d.map_or(0.0, |d| d.score as f64),
                     labels: d.map_or_else(Vec::new, |d| d.labels.clone()),
@@ -195,17 +200,25 @@ pub fn judge(
         }
         evaluations.push((p.clone(), e));
     }
-    let verdict = Verdict::most_severe(evaluations.iter().filter(|(p, _)| p.mode == Mode::Enforce).filter_map(
-        |(_, e)| match (&e.decision, fail_closed && e.outcome.is_failure()) {
-            (Some(d), _) => Some(d.verdict),
+    let enforcing = || evaluations.iter().filter(|(p, _)| p.mode == Mode::Enforce);
+    // A hand-off cannot happen inside a submission request: the async phase
+    // asks the provider.
+    let counts = |v: Verdict| !(phase == Phase::Sync && v == Verdict::Defer);
+    let verdict = Verdict::most_severe(enforcing().filter_map(|(_, e)| {
+        match (&e.decision, fail_closed && e.outcome.is_failure()) {
+            (Some(d), _) => Some(d.verdict).filter(|v| counts(*v)),
             (None, true) => Some(Verdict::Hold),
             (None, false) => None,
-        },
-    ));
+        }
+    }));
+    let provider = (verdict == Some(Verdict::Defer))
+        .then(|| enforcing().find_map(|(_, e)| e.decision.as_ref().and_then(|d| d.provider.clone())))
+        .flatten();
     Judgement {
         evaluations,
         started_at,
         verdict,
+        provider,
     }
 }
 
@@ -217,6 +230,7 @@ mod tests {
     fn verdicts_map_to_statuses() {
         assert_eq!(status_for(Verdict::Allow), ItemStatus::Visible);
         assert_eq!(status_for(Verdict::Flag), ItemStatus::Visible);
+        assert_eq!(status_for(Verdict::Defer), ItemStatus::AwaitingProvider);
         assert_eq!(status_for(Verdict::Hold), ItemStatus::HeldForReview);
         assert_eq!(status_for(Verdict::Reject), ItemStatus::Rejected);
     }

@@ -112,6 +112,16 @@ pub struct Metrics {
     pub plugin_reloads: Family<ResultLabel, Counter>,
     /// Plugins quarantined after repeated failures.
     pub plugin_quarantines: Counter,
+    /// Webhook delivery attempts by result: delivered, retry, dead.
+    pub deliveries: Family<ResultLabel, Counter>,
+    /// Outbox events not yet fanned out or deliveries pending, sampled.
+    pub deliveries_pending: Gauge,
+    /// Provider requests sent, by result: accepted, retry.
+    pub provider_requests: Family<ResultLabel, Counter>,
+    /// Provider callbacks by outcome: applied, duplicate, stale, unknown, bad_signature.
+    pub provider_callbacks: Family<OutcomeLabel, Counter>,
+    /// Items sent to review because a provider never answered.
+    pub provider_timeouts: Counter,
 }
 
 impl Default for Metrics {
@@ -277,9 +287,54 @@ impl Metrics {
             "Plugins quarantined",
             plugin_quarantines.clone(),
         );
+        let deliveries = Family::<ResultLabel, Counter>::default();
+        reg(
+            &mut registry,
+            &mut names,
+            "deliveries",
+            "Webhook delivery attempts by result",
+            deliveries.clone(),
+        );
+        let deliveries_pending = Gauge::default();
+        reg(
+            &mut registry,
+            &mut names,
+            "deliveries_pending",
+            "Webhook deliveries claimed last round (a busy dispatcher claims a full batch)",
+            deliveries_pending.clone(),
+        );
+        let provider_requests = Family::<ResultLabel, Counter>::default();
+        reg(
+            &mut registry,
+            &mut names,
+            "provider_requests",
+            "Provider requests sent, by result",
+            provider_requests.clone(),
+        );
+        let provider_callbacks = Family::<OutcomeLabel, Counter>::default();
+        reg(
+            &mut registry,
+            &mut names,
+            "provider_callbacks",
+            "Provider callbacks by outcome",
+            provider_callbacks.clone(),
+        );
+        let provider_timeouts = Counter::default();
+        reg(
+            &mut registry,
+            &mut names,
+            "provider_timeouts",
+            "Items held for review because a provider never answered",
+            provider_timeouts.clone(),
+        );
         Metrics {
             registry,
             names,
+            deliveries,
+            deliveries_pending,
+            provider_requests,
+            provider_callbacks,
+            provider_timeouts,
             submissions,
             idempotency_replays,
             fingerprint_duplicates,

@@ -109,7 +109,8 @@ impl Actor {
 }
 
 /// The transition table. `from == to` is a transition only for a moderator
-/// (confirming an automated outcome makes it a manual decision).
+/// (confirming an automated outcome makes it a manual decision) and for the
+/// rules re-asking a provider (`awaiting_provider` again, a new request).
 pub fn can_transition(from: ItemStatus, to: ItemStatus, actor: Actor) -> bool {
     use Actor::*;
     use ItemStatus::*;
@@ -129,8 +130,11 @@ pub fn can_transition(from: ItemStatus, to: ItemStatus, actor: Actor) -> bool {
             | (AwaitingProvider, HeldForReview)
         ),
         Rules => {
-            from != to
-                && matches!(from, PendingScan | Visible | HeldForReview | Rejected)
+            // awaiting_provider -> awaiting_provider: a re-evaluation after
+            // new events deferred again, and the new request supersedes the
+            // outstanding one.
+            (from != to || from == AwaitingProvider)
+                && matches!(from, PendingScan | Visible | HeldForReview | Rejected | AwaitingProvider)
                 && (to.is_settled() || to == AwaitingProvider)
         }
         Provider => from == AwaitingProvider && to.is_settled(),
@@ -189,9 +193,9 @@ mod tests {
                     || (from == AwaitingProvider && to == HeldForReview)
             }
             Rules => {
-                [PendingScan, Visible, HeldForReview, Rejected].contains(&from)
+                [PendingScan, Visible, HeldForReview, Rejected, AwaitingProvider].contains(&from)
                     && (settled.contains(&to) || to == AwaitingProvider)
-                    && from != to
+                    && (from != to || from == AwaitingProvider)
             }
             Provider => from == AwaitingProvider && settled.contains(&to),
         }
@@ -213,8 +217,8 @@ mod tests {
             }
         }
         // 7 × 7 × 5 combinations checked; this many are legal.
-        // moderator 5×4, author 5, system 4, rules 13, provider 3.
-        assert_eq!(allowed, 45);
+        // moderator 5×4, author 5, system 4, rules 17, provider 3.
+        assert_eq!(allowed, 49);
     }
 
     #[test]

@@ -5,23 +5,33 @@ use std::fmt;
 use std::str::FromStr;
 
 /// What a rule (or a moderator) concludes about an item. Ordered by
-/// severity: `Allow < Flag < Hold < Reject`.
+/// severity: `Allow < Flag < Defer < Hold < Reject`. `Defer` hands the item
+/// to an external provider: any stricter verdict makes asking unnecessary,
+/// and it outranks `flag`, which the provider's answer may confirm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     Allow,
     Flag,
+    Defer,
     Hold,
     Reject,
 }
 
 impl Verdict {
-    pub const ALL: [Verdict; 4] = [Verdict::Allow, Verdict::Flag, Verdict::Hold, Verdict::Reject];
+    pub const ALL: [Verdict; 5] = [
+        Verdict::Allow,
+        Verdict::Flag,
+        Verdict::Defer,
+        Verdict::Hold,
+        Verdict::Reject,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Verdict::Allow => "allow",
             Verdict::Flag => "flag",
+            Verdict::Defer => "defer",
             Verdict::Hold => "hold",
             Verdict::Reject => "reject",
         }
@@ -56,7 +66,8 @@ mod tests {
 
     #[test]
     fn severity_order_and_combination() {
-        assert!(Verdict::Allow < Verdict::Flag && Verdict::Flag < Verdict::Hold && Verdict::Hold < Verdict::Reject);
+        assert!(Verdict::Allow < Verdict::Flag && Verdict::Flag < Verdict::Defer);
+        assert!(Verdict::Defer < Verdict::Hold && Verdict::Hold < Verdict::Reject);
         assert_eq!(
             Verdict::most_severe([Verdict::Flag, Verdict::Allow, Verdict::Hold]),
             Some(Verdict::Hold)

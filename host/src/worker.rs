@@ -10,7 +10,8 @@ use crate::coordinator::{Lease, Schedule, SharedCoordinator};
 use crate::judge::{judge, snapshot_of, status_for};
 use crate::metrics::Metrics;
 use crate::rules::{Phase, Registry};
-use crate::status::Actor;
+use crate::status::{Actor, ItemStatus};
+use crate::verdict::Verdict;
 use crate::store::{CommitOutcome, EvaluationCommit, SharedStore, StoreError, now_ms};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -77,6 +78,8 @@ struct Worker {
     registry: Arc<Registry>,
     evaluation: Arc<EvaluationConfig>,
     ingest: IngestConfig,
+    /// Providers a `defer` may name, with their deadlines.
+    providers: std::collections::BTreeMap<String, crate::config::ProviderConfig>,
     metrics: Arc<Metrics>,
     /// Host-side failures per item, for the retry budget (per process).
     attempts: Mutex<HashMap<String, u32>>,
@@ -100,6 +103,7 @@ pub fn start(
         registry,
         evaluation,
         ingest: config.ingest.clone(),
+        providers: config.providers.clone(),
         metrics,
         attempts: Mutex::new(HashMap::new()),
     });
@@ -119,7 +123,7 @@ pub fn start(
     if evaluate {
         let (w, c) = (worker.clone(), cancel.clone());
         tasks.spawn(async move { w.claim_loop(c).await });
-        let (w, c) = (worker, cancel.clone());
+        let (w, c) = (worker.clone(), cancel.clone());
         tasks.spawn(async move {
             // At start-up everything pending is queued at once: an embedded
             // queue starts empty, and a Redis one may have been flushed.
@@ -134,13 +138,37 @@ pub fn start(
                 w.reconcile(now_ms() - horizon).await;
             }
         });
+        // Webhook deliveries from the outbox, and provider hand-offs.
+        match crate::delivery::Dispatcher::new(
+            worker.store.clone(),
+            config.webhooks.clone(),
+            config.delivery.clone(),
+            worker.metrics.clone(),
+        ) {
+            Ok(d) => {
+                tasks.spawn(Arc::new(d).run(cancel.clone()));
+            }
+            Err(e) => tracing::error!(error = %e, "cannot start the webhook dispatcher"),
+        }
+        match crate::providers::Requester::new(
+            worker.store.clone(),
+            config.providers.clone(),
+            config.public_url(),
+            worker.metrics.clone(),
+            Duration::from_millis(config.evaluation.poll_interval_ms.max(10)),
+        ) {
+            Ok(r) => {
+                tasks.spawn(Arc::new(r).run(cancel.clone()));
+            }
+            Err(e) => tracing::error!(error = %e, "cannot start the provider requester"),
+        }
     }
     (scheduler, WorkerHandle { cancel, tasks })
 }
 
 /// `base · 2^(attempt-1)`, capped, with ±50 % jitter so retries of many
 /// items do not land together.
-fn backoff_ms(attempt: u32, base: i64, max: i64) -> i64 {
+pub(crate) fn backoff_ms(attempt: u32, base: i64, max: i64) -> i64 {
     let exp = base
         .saturating_mul(1i64 << attempt.saturating_sub(1).min(20))
         .min(max)
@@ -354,8 +382,16 @@ impl Worker {
             .into_iter()
             .chain(item.sync_verdict)
             .max()
-            .unwrap_or(crate::verdict::Verdict::Allow);
-        let target = status_for(combined);
+            .unwrap_or(Verdict::Allow);
+        // A hand-off to a provider this deployment does not know cannot
+        // happen: a human decides instead.
+        let unknown_provider = (combined == Verdict::Defer)
+            .then(|| judgement.provider.clone().unwrap_or_default())
+            .filter(|p| !self.providers.contains_key(p));
+        let target = match &unknown_provider {
+            Some(_) => ItemStatus::HeldForReview,
+            None => status_for(combined),
+        };
         for (plugin, e) in &judgement.evaluations {
             plugin.evaluations.fetch_add(1, Ordering::Relaxed);
             if plugin.mode == crate::store::Mode::Shadow
@@ -372,8 +408,23 @@ impl Worker {
                     .inc();
             }
         }
-        let to = (!manual && item.status != target && crate::status::can_transition(item.status, target, Actor::Rules))
-            .then_some(target);
+        // Deferring again while waiting is a new request that supersedes the
+        // outstanding one (the item changed since: an evaluation follows events).
+        let changes = item.status != target || target == ItemStatus::AwaitingProvider;
+        let to = (!manual && changes && crate::status::can_transition(item.status, target, Actor::Rules)).then_some(target);
+        let handoff = judgement
+            .provider
+            .as_ref()
+            .filter(|_| to == Some(ItemStatus::AwaitingProvider))
+            .and_then(|p| self.providers.get_key_value(p))
+            .map(|(name, p)| crate::store::Handoff {
+                provider: name.clone(),
+                deadline_at: now_ms() + p.deadline_ms,
+            });
+        let reason = match &unknown_provider {
+            Some(p) => format!("{}; provider {p:?} is not configured, so a human decides", judgement.reason()),
+            None => judgement.reason(),
+        };
         let commit = EvaluationCommit {
             item_id: id.to_string(),
             snapshot_version: item.version,
@@ -381,9 +432,10 @@ impl Worker {
             from: item.status,
             to,
             decisions: judgement.decisions(Phase::Async, !manual),
-            reason: judgement.reason(),
+            reason,
             correlation_id: format!("eval-{}", uuid::Uuid::now_v7()),
             now: now_ms(),
+            handoff,
         };
         let span = tracing::info_span!(
             "item.transition",

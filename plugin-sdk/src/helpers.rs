@@ -65,6 +65,17 @@ impl Decision {
             score: 0.0,
             labels: Vec::new(),
             reason: reason.into(),
+            provider: None,
+        }
+    }
+
+    /// Hands the item to the external classifier `provider` (a name from
+    /// the host's `[providers]` configuration); the item waits in
+    /// `awaiting_provider` until it calls back.
+    pub fn defer(provider: impl Into<String>, reason: impl Into<String>) -> Self {
+        Decision {
+            provider: Some(provider.into()),
+            ..Self::new(Verdict::Defer, reason)
         }
     }
 
@@ -125,6 +136,7 @@ impl Verdict {
         match self {
             Verdict::Allow => "allow",
             Verdict::Flag => "flag",
+            Verdict::Defer => "defer",
             Verdict::Hold => "hold",
             Verdict::Reject => "reject",
         }
@@ -138,6 +150,7 @@ impl FromStr for Verdict {
         match s {
             "allow" => Ok(Verdict::Allow),
             "flag" => Ok(Verdict::Flag),
+            "defer" => Ok(Verdict::Defer),
             "hold" => Ok(Verdict::Hold),
             "reject" => Ok(Verdict::Reject),
             other => Err(format!("unknown verdict {other:?}")),

@@ -103,18 +103,26 @@ pub struct Case {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Expect {
-    /// `allow`, `flag`, `hold` or `reject`.
+    /// `allow`, `flag`, `defer`, `hold` or `reject`.
     pub verdict: String,
     /// Labels the decision must carry (others may be present too).
     #[serde(default)]
     pub labels: Vec<String>,
+    /// The provider a `defer` must name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
 }
 
 impl Expect {
-    /// Checks a decision's verdict and labels; the error says what differed.
-    pub fn check(&self, verdict: &str, labels: &[String]) -> Result<(), String> {
+    /// Checks a decision's verdict, labels and provider; the error says what differed.
+    pub fn check(&self, verdict: &str, labels: &[String], provider: Option<&str>) -> Result<(), String> {
         if verdict != self.verdict {
             return Err(format!("expected verdict {}, got {verdict}", self.verdict));
+        }
+        if let Some(expected) = &self.provider
+            && provider != Some(expected.as_str())
+        {
+            return Err(format!("expected provider {expected:?}, got {provider:?}"));
         }
         if let Some(missing) = self.labels.iter().find(|l| !labels.contains(l)) {
             return Err(format!("expected label {missing:?}, got {labels:?}"));

@@ -191,7 +191,7 @@ mod cases {
             .filter_map(|case| {
                 let snapshot = Snapshot::from(&case.snapshot);
                 let result = match R::evaluate(&snapshot) {
-                    Ok(d) => case.expect.check(d.verdict.as_str(), &d.labels),
+                    Ok(d) => case.expect.check(d.verdict.as_str(), &d.labels, d.provider.as_deref()),
                     Err(e) => Err(format!("rule returned an error: {e}")),
                 };
                 result.err().map(|e| format!("{}: {e}", case.name))

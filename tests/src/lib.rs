@@ -9,7 +9,41 @@ use gavel_plugin_sdk::spec::SnapshotSpec;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub mod receiver;
 pub mod servers;
+
+/// A small deterministic generator (xorshift), so a seed replays a test's
+/// random choices.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// Seeded from the clock (never 0); print the seed to replay.
+    pub fn from_clock() -> Rng {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64;
+        Rng(nanos | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+
+    /// Fisher-Yates.
+    pub fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            v.swap(i, self.below(i as u64 + 1) as usize);
+        }
+    }
+}
 
 /// Paths of the built guest components, one constant per guest
 /// (`guests::LINK_SPAM`, `guests::MISBEHAVE`, `guests::SHOUTING`, ...).

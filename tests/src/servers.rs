@@ -438,6 +438,30 @@ impl TestServer {
         self.http.get(format!("{}{path}", self.url)).bearer_auth(token)
     }
 
+    /// `GET path` as JSON (any status).
+    pub async fn get_json(&self, path: &str, token: &str) -> serde_json::Value {
+        self.get(path, token).send().await.unwrap().json().await.unwrap()
+    }
+
+    /// Another handle on the server's database, for checks in SQL terms.
+    pub async fn open_store(&self) -> gavel::store::SharedStore {
+        gavel::store::open(&self.config.database_url(), 2).await.unwrap()
+    }
+
+    /// Submits `text` by `author` as client `web`; returns the item id.
+    pub async fn submit(&self, author: &str, text: &str, context: serde_json::Value) -> String {
+        let r: serde_json::Value = self
+            .post("/v1/items", &self.client)
+            .json(&serde_json::json!({"kind": "post", "author": author, "text": text, "context": context}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        r["id"].as_str().unwrap_or_else(|| panic!("{r}")).to_string()
+    }
+
     /// Polls `GET /v1/items/{id}` until `done` holds (or 20 s pass).
     pub async fn wait_for(&self, id: &str, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
         let deadline = Instant::now() + Duration::from_secs(20);

@@ -12,25 +12,10 @@
 use gavel_tests::servers::{GavelProcess, Redis, postgres, submit_until_acknowledged};
 use serde_json::json;
 use std::collections::HashSet;
+use gavel_tests::Rng;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// A small deterministic generator (xorshift), so a seed replays the schedule.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 #[derive(Default)]
 struct Tally {

@@ -27,7 +27,7 @@ fn example_plugins_pass_their_cases_through_the_runtime() {
                 .decision
                 .as_ref()
                 .unwrap_or_else(|| panic!("{} / {}: {:?} {:?}", plugin.info.name, case.name, e.outcome, e.error));
-            if let Err(why) = case.expect.check(d.verdict.as_str(), &d.labels) {
+            if let Err(why) = case.expect.check(d.verdict.as_str(), &d.labels, d.provider.as_deref()) {
                 panic!("{} / {}: {why}", plugin.info.name, case.name);
             }
         }

@@ -68,7 +68,7 @@ fn decision(plugin: &str) -> NewDecision {
         plugin: plugin.into(),
         plugin_version: "1.0.0".into(),
         plugin_digest: "ab".repeat(32),
-        phase: Phase::Async,
+        phase: Phase::Async.into(),
         verdict: Some(gavel::verdict::Verdict::Hold),
         score: 0.5,
         labels: vec!["x".into()],
@@ -107,6 +107,102 @@ async fn concurrent_transitions_from_one_state_have_one_winner(store: SharedStor
         assert_eq!(details.transitions.len(), 2, "creation + exactly one transition");
         assert_eq!(details.item.version, 2);
         assert_eq!(details.transitions[1].to_status, details.item.status);
+        // Exactly one outbox event per transition: the losers wrote none.
+        let events: Vec<_> = changes_of(&store, &id, 2)
+            .await
+            .into_iter()
+            .map(|c| (c.event_id, c.item_version, c.to_status))
+            .collect();
+        assert_eq!(
+            events,
+            vec![
+                (format!("{id}:1"), 1, ItemStatus::PendingScan),
+                (format!("{id}:2"), 2, details.item.status)
+            ]
+        );
+    }
+}
+
+/// Deliveries of one item to one endpoint are claimed in version order: a
+/// later version waits while an earlier one is pending (even when it is
+/// failing), and goes once the earlier one is delivered or dead.
+async fn deliveries_are_claimed_in_version_order(store: SharedStore) {
+    create(&store, "item-d").await;
+    let statuses = [ItemStatus::Visible, ItemStatus::HeldForReview, ItemStatus::Rejected];
+    let mut from = ItemStatus::PendingScan;
+    for (i, to) in statuses.into_iter().enumerate() {
+        let req = request("item-d", i as i64 + 1, from, to, Actor::Moderator);
+        assert!(matches!(store.transition(&req).await.unwrap(), Transition::Applied { .. }));
+        from = to;
+    }
+    let endpoints = [
+        EndpointFilter {
+            name: "all".into(),
+            statuses: vec![],
+            kinds: vec![],
+        },
+        EndpointFilter {
+            name: "rejections".into(),
+            statuses: vec![ItemStatus::Rejected],
+            kinds: vec![],
+        },
+    ];
+    let now = now_ms();
+    assert_eq!(store.fan_out(&endpoints, now, 100).await.unwrap(), 4);
+    assert_eq!(store.fan_out(&endpoints, now, 100).await.unwrap(), 0, "fanned out once");
+    let claim = |at: i64| {
+        let store = store.clone();
+        async move {
+            let mut c: Vec<(String, i64)> = store
+                .claim_deliveries(at, at + 1_000, 100)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|d| (d.endpoint, d.change.item_version))
+                .collect();
+            c.sort();
+            c
+        }
+    };
+    // Version 1 for "all"; "rejections" only wants version 4, its first.
+    let first = claim(now).await;
+    assert_eq!(first, vec![("all".to_string(), 1), ("rejections".to_string(), 4)]);
+    assert!(claim(now).await.is_empty(), "claimed deliveries are leased");
+    let all = store.deliveries(true, 100).await.unwrap();
+    let id_of = |v: i64| all.iter().find(|d| d.endpoint == "all" && d.item_version == v).unwrap().id;
+    // Version 1 fails and is retried later: version 2 must still wait.
+    store.delivery_failed(id_of(1), "HTTP 500", Some(now + 10)).await.unwrap();
+    assert_eq!(claim(now + 5).await, Vec::<(String, i64)>::new());
+    assert_eq!(claim(now + 20).await, vec![("all".to_string(), 1)]);
+    store.delivery_succeeded(id_of(1), now + 21).await.unwrap();
+    assert_eq!(claim(now + 22).await, vec![("all".to_string(), 2)]);
+    // A dead delivery no longer holds the item back; replay makes it pending again.
+    store.delivery_failed(id_of(2), "HTTP 410", None).await.unwrap();
+    assert_eq!(claim(now + 23).await, vec![("all".to_string(), 3)]);
+    let dead = store.deliveries(false, 100).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!((dead[0].item_version, dead[0].last_error.as_deref()), (2, Some("HTTP 410")));
+    assert!(store.replay_delivery(dead[0].id, now + 24).await.unwrap());
+    assert!(!store.replay_delivery(dead[0].id, now + 24).await.unwrap(), "only a dead one");
+}
+
+/// The changes feed's events of item `id`, once it shows at least `n` (on
+/// PostgreSQL the feed shows a commit once every older transaction in the
+/// cluster has ended, so it may lag a moment behind).
+async fn changes_of(store: &SharedStore, id: &str, n: usize) -> Vec<Change> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let events: Vec<Change> = store
+            .changes(None, ChangeCursor::default(), 10_000)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|c| c.item_id == id)
+            .collect();
+        if events.len() >= n || std::time::Instant::now() > deadline {
+            return events;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
 
@@ -137,6 +233,7 @@ async fn automated_changes_are_refused_after_a_moderator_decided(store: SharedSt
         reason: "r".into(),
         correlation_id: "c".into(),
         now: now_ms(),
+        handoff: None,
     };
     assert_eq!(store.commit_evaluation(&commit).await.unwrap(), CommitOutcome::Stale);
     let d = store.item_details("item-m").await.unwrap().unwrap();
@@ -193,6 +290,7 @@ async fn evaluation_commits_are_fenced_and_keep_late_events_scheduled(store: Sha
         reason: "held".into(),
         correlation_id: "c".into(),
         now: now_ms(),
+        handoff: None,
     };
     assert_eq!(
         store.commit_evaluation(&commit).await.unwrap(),
@@ -366,6 +464,7 @@ macro_rules! store_suite {
 
 store_suite!(
     concurrent_transitions_from_one_state_have_one_winner,
+    deliveries_are_claimed_in_version_order,
     automated_changes_are_refused_after_a_moderator_decided,
     evaluation_commits_are_fenced_and_keep_late_events_scheduled,
     idempotency_keys_claim_replay_and_expire,

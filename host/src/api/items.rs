@@ -94,6 +94,10 @@ pub struct ItemView {
     pub counters: BTreeMap<String, i64>,
     pub decisions: Vec<DecisionRecord>,
     pub transitions: Vec<TransitionRecord>,
+    /// Hand-offs to external classifiers, oldest first, with their outcome.
+    pub provider_requests: Vec<crate::store::ProviderRequestRecord>,
+    /// Callbacks received for this item, with what each did.
+    pub provider_callbacks: Vec<crate::store::ProviderCallbackRecord>,
 }
 
 const MAX_ID_BYTES: usize = 256;
@@ -611,15 +615,18 @@ pub async fn get_item(
     let Some(d) = details.filter(|d| caller.may_read(&d.item.client)) else {
         return Err(ApiError::not_found("item"));
     };
-    Ok(Json(item_view(d.item, d.counters, d.decisions, d.transitions)))
+    Ok(Json(item_view(d)))
 }
 
-pub(super) fn item_view(
-    item: Item,
-    counters: Vec<(String, i64)>,
-    decisions: Vec<DecisionRecord>,
-    transitions: Vec<TransitionRecord>,
-) -> ItemView {
+pub(super) fn item_view(details: crate::store::ItemDetails) -> ItemView {
+    let crate::store::ItemDetails {
+        item,
+        counters,
+        decisions,
+        transitions,
+        provider_requests,
+        provider_callbacks,
+    } = details;
     ItemView {
         context: serde_json::from_str(&item.context).unwrap_or(serde_json::Value::Null),
         id: item.id,
@@ -636,6 +643,8 @@ pub(super) fn item_view(
         counters: counters.into_iter().collect(),
         decisions,
         transitions,
+        provider_requests,
+        provider_callbacks,
     }
 }
 

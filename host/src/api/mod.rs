@@ -2,14 +2,18 @@
 //! serve it on port 0; every response error uses the one JSON format.
 
 mod auth;
+mod delivery;
 mod error;
 mod items;
 mod moderation;
+mod providers;
 mod system;
 
 pub use auth::{Caller, Tokens};
 pub use error::{ApiError, ErrorBody};
+pub use delivery::ChangesPage;
 pub use items::{EventRequest, EventResponse, ItemView, SubmitRequest, SubmitResponse};
+pub use providers::CallbackResponse;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -78,6 +82,7 @@ impl AppState {
         items::submit, items::append_event, items::get_item,
         moderation::moderate, moderation::review_queue, moderation::evaluate_now,
         moderation::dead_letters, moderation::replay_dead_letter,
+        delivery::changes, delivery::deliveries, delivery::replay_delivery, providers::callback,
         system::plugins, system::plugin_history, system::healthz, system::readyz, system::metrics, system::openapi,
     ),
     components(schemas(ErrorBody)),
@@ -85,6 +90,7 @@ impl AppState {
     tags(
         (name = "items", description = "Client routes: submit content and events, read items"),
         (name = "moderator", description = "Routes that need a moderator token"),
+        (name = "providers", description = "Callbacks of external classifiers, signed with HMAC-SHA256"),
         (name = "system", description = "Health and documentation, no token"),
     )
 )]
@@ -122,6 +128,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/review-queue", get(moderation::review_queue))
         .route("/v1/dead-letters", get(moderation::dead_letters))
         .route("/v1/dead-letters/{id}/replay", post(moderation::replay_dead_letter))
+        .route("/v1/changes", get(delivery::changes))
+        .route("/v1/deliveries", get(delivery::deliveries))
+        .route("/v1/deliveries/{id}/replay", post(delivery::replay_delivery))
+        .route("/v1/provider-callbacks/{provider}", post(providers::callback))
         .route("/v1/plugins", get(system::plugins))
         .route("/v1/plugins/history", get(system::plugin_history))
         .route("/healthz", get(system::healthz))

@@ -89,7 +89,7 @@ pub async fn moderate(
                 .item_details(&id)
                 .await?
                 .ok_or_else(|| ApiError::not_found("item"))?;
-            Ok(Json(item_view(d.item, d.counters, d.decisions, d.transitions)))
+            Ok(Json(item_view(d)))
         }
         ModerationOutcome::NotFound => Err(ApiError::not_found("item")),
         ModerationOutcome::VersionMismatch { current } => Err(ApiError::new(

@@ -112,6 +112,8 @@ pub struct Decision {
     pub score: f32,
     pub labels: Vec<String>,
     pub reason: String,
+    /// The provider a `defer` verdict hands the item to.
+    pub provider: Option<String>,
 }
 
 /// One evaluation of one plugin on one snapshot.

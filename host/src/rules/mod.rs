@@ -218,16 +218,29 @@ impl RuleEngine {
                 l.max_label_bytes
             ));
         }
+        let verdict = match raw.verdict {
+            bindings::Verdict::Allow => Verdict::Allow,
+            bindings::Verdict::Flag => Verdict::Flag,
+            bindings::Verdict::Defer => Verdict::Defer,
+            bindings::Verdict::Hold => Verdict::Hold,
+            bindings::Verdict::Reject => Verdict::Reject,
+        };
+        match (&raw.provider, verdict) {
+            (None, Verdict::Defer) => return Err("verdict defer without a provider".into()),
+            (Some(p), Verdict::Defer) if p.is_empty() || p.len() > l.max_label_bytes => {
+                return Err(format!("provider name must be 1-{} bytes", l.max_label_bytes));
+            }
+            (Some(_), v) if v != Verdict::Defer => {
+                return Err(format!("a provider is named with verdict {v}; only defer names one"));
+            }
+            _ => {}
+        }
         Ok(Decision {
-            verdict: match raw.verdict {
-                bindings::Verdict::Allow => Verdict::Allow,
-                bindings::Verdict::Flag => Verdict::Flag,
-                bindings::Verdict::Hold => Verdict::Hold,
-                bindings::Verdict::Reject => Verdict::Reject,
-            },
+            verdict,
             score: raw.score.clamp(0.0, 1.0),
             labels: raw.labels,
             reason: raw.reason,
+            provider: raw.provider,
         })
     }
 }

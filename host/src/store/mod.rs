@@ -87,6 +87,35 @@ impl Mode {
     }
 }
 
+/// What made a decision: a rule in the submission (`sync`) or evaluation
+/// (`async`) phase, or a provider's callback (`provider`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionPhase {
+    Sync,
+    Async,
+    Provider,
+}
+
+impl DecisionPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionPhase::Sync => "sync",
+            DecisionPhase::Async => "async",
+            DecisionPhase::Provider => "provider",
+        }
+    }
+}
+
+impl From<crate::rules::Phase> for DecisionPhase {
+    fn from(p: crate::rules::Phase) -> Self {
+        match p {
+            crate::rules::Phase::Sync => DecisionPhase::Sync,
+            crate::rules::Phase::Async => DecisionPhase::Async,
+        }
+    }
+}
+
 /// An item as stored.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Item {
@@ -147,7 +176,7 @@ pub struct NewDecision {
     pub plugin: String,
     pub plugin_version: String,
     pub plugin_digest: String,
-    pub phase: crate::rules::Phase,
+    pub phase: DecisionPhase,
     pub verdict: Option<Verdict>,
     pub score: f64,
     pub labels: Vec<String>,
@@ -170,8 +199,7 @@ pub struct DecisionRecord {
     pub plugin_version: String,
     /// sha256 of the component file, hex.
     pub plugin_digest: String,
-    #[schema(value_type = String)]
-    pub phase: crate::rules::Phase,
+    pub phase: DecisionPhase,
     #[schema(value_type = Option<String>)]
     pub verdict: Option<Verdict>,
     pub score: f64,
@@ -215,6 +243,8 @@ pub struct ItemDetails {
     pub counters: Vec<(String, i64)>,
     pub decisions: Vec<DecisionRecord>,
     pub transitions: Vec<TransitionRecord>,
+    pub provider_requests: Vec<ProviderRequestRecord>,
+    pub provider_callbacks: Vec<ProviderCallbackRecord>,
 }
 
 /// One interaction event to append.
@@ -307,9 +337,29 @@ pub struct EvaluationCommit {
     pub reason: String,
     pub correlation_id: String,
     pub now: Millis,
+    /// With `to = awaiting_provider`: the request to store with the
+    /// transition (it supersedes the item's outstanding one).
+    pub handoff: Option<Handoff>,
 }
 
-/// What committing an evaluation did.
+/// A hand-off to a provider, stored with the transition that starts the wait.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Handoff {
+    pub provider: String,
+    /// When the item goes to `held_for_review` if the provider never answers.
+    pub deadline_at: Millis,
+}
+
+/// The idempotency key of a provider request: stable for one logical
+/// operation (the item at the version its wait started, and the provider).
+pub fn provider_request_key(item_id: &str, version: i64, provider: &str) -> String {
+    format!("{item_id}:{version}:{provider}")
+}
+
+/// The event id of a transition: the item and the version it created.
+pub fn event_id(item_id: &str, version: i64) -> String {
+    format!("{item_id}:{version}")
+}
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommitOutcome {
     /// Decisions recorded and the status changed to the new version.
@@ -448,6 +498,183 @@ pub struct PluginVersionRecord {
     pub unloaded_at: Option<Millis>,
 }
 
+/// One transition as delivered to the platform: the webhook payload and
+/// one entry of `GET /v1/changes`.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct Change {
+    /// `ITEM_ID:VERSION`: the same transition always has the same id, so a
+    /// receiver deduplicates on it.
+    pub event_id: String,
+    pub item_id: String,
+    pub external_id: Option<String>,
+    /// The client token that submitted the item.
+    pub client: String,
+    pub kind: String,
+    /// The item's version after this transition; a receiver ignores an
+    /// event whose version is not above the last one it applied.
+    pub item_version: i64,
+    pub from_status: ItemStatus,
+    pub to_status: ItemStatus,
+    pub cause: String,
+    pub actor: Actor,
+    pub reason: String,
+    pub correlation_id: String,
+    pub occurred_at: Millis,
+    /// Position in the changes feed (`after=` resumes behind it).
+    pub cursor: String,
+}
+
+/// A position in the changes feed: (writing transaction, sequence).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ChangeCursor {
+    pub txid: i64,
+    pub seq: i64,
+}
+
+impl ChangeCursor {
+    pub fn encode(self) -> String {
+        format!("{}.{}", self.txid, self.seq)
+    }
+
+    pub fn parse(s: &str) -> Option<ChangeCursor> {
+        let (txid, seq) = s.split_once('.')?;
+        Some(ChangeCursor {
+            txid: txid.parse().ok().filter(|v: &i64| *v >= 0)?,
+            seq: seq.parse().ok().filter(|v: &i64| *v >= 0)?,
+        })
+    }
+}
+
+/// Which outbox events a webhook endpoint receives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointFilter {
+    pub name: String,
+    /// Empty: every status.
+    pub statuses: Vec<ItemStatus>,
+    /// Empty: every kind.
+    pub kinds: Vec<String>,
+}
+
+impl EndpointFilter {
+    pub fn accepts(&self, to: ItemStatus, kind: &str) -> bool {
+        (self.statuses.is_empty() || self.statuses.contains(&to))
+            && (self.kinds.is_empty() || self.kinds.iter().any(|k| k == kind))
+    }
+}
+
+/// A delivery claimed for sending.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedDelivery {
+    pub id: i64,
+    pub endpoint: String,
+    /// Including this one.
+    pub attempts: i64,
+    pub change: Change,
+}
+
+/// A delivery as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct DeliveryRecord {
+    pub id: i64,
+    pub event_id: String,
+    pub endpoint: String,
+    pub item_id: String,
+    pub item_version: i64,
+    /// `pending`, `delivered` or `dead`.
+    pub status: String,
+    pub attempts: i64,
+    pub next_attempt_at: Millis,
+    pub last_error: Option<String>,
+    pub created_at: Millis,
+    pub delivered_at: Option<Millis>,
+}
+
+/// A provider request claimed for sending, with what the provider is sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedProviderRequest {
+    pub key: String,
+    pub provider: String,
+    pub item_id: String,
+    pub item_version: i64,
+    /// Including this one.
+    pub attempts: i64,
+    pub deadline_at: Millis,
+    pub kind: String,
+    pub text: String,
+    /// JSON text.
+    pub context: String,
+}
+
+/// A provider request as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct ProviderRequestRecord {
+    pub key: String,
+    pub provider: String,
+    pub item_version: i64,
+    /// `pending`, `sent`, `answered`, `superseded`, `timed_out` or `cancelled`.
+    pub status: String,
+    pub attempts: i64,
+    pub deadline_at: Millis,
+    pub superseded_by: Option<String>,
+    pub last_error: Option<String>,
+    pub created_at: Millis,
+    pub updated_at: Millis,
+}
+
+/// A provider callback as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct ProviderCallbackRecord {
+    pub id: i64,
+    pub provider: String,
+    pub event_id: String,
+    pub request_key: String,
+    /// `applied`, `duplicate`, `stale` or `unknown`.
+    pub outcome: String,
+    pub detail: String,
+    pub received_at: Millis,
+}
+
+/// A verified provider callback to store and apply.
+#[derive(Debug, Clone)]
+pub struct NewCallback {
+    pub provider: String,
+    pub event_id: String,
+    pub request_key: String,
+    pub item_id: String,
+    /// The raw body, stored as received.
+    pub payload: String,
+    pub verdict: Verdict,
+    pub score: f64,
+    pub labels: Vec<String>,
+    pub reason: String,
+    pub now: Millis,
+}
+
+/// What a callback did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallbackOutcome {
+    /// Applied: the item moved to `version`.
+    Applied { version: i64, attempt: i64 },
+    /// This event id was seen before (its first outcome), or its request was
+    /// already answered by another event: no effect.
+    Duplicate { first: String },
+    /// Its request is no longer the item's active one (superseded, timed
+    /// out, or the item moved on, e.g. a moderator decided): recorded, no effect.
+    Stale { detail: String },
+    /// No such request for this provider and item.
+    Unknown,
+}
+
+/// A provider request that passed its deadline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpiredRequest {
+    pub key: String,
+    pub item_id: String,
+    /// The item moved to `held_for_review` at this version (`None`: it had
+    /// moved on already, nothing changed).
+    pub version: Option<i64>,
+}
+
 /// A position in the review queue: (updated_at, id) of the last item seen.
 pub type ReviewCursor = (Millis, String);
 
@@ -539,6 +766,58 @@ pub trait ItemStore: Send + Sync + 'static {
     /// Marks a dead letter replayed (and its item pending) and returns the
     /// item, which the caller queues; `None` if unknown or already replayed.
     async fn replay_dead_letter(&self, id: i64, now: Millis) -> StoreResult<Option<String>>;
+
+    /// Creates the deliveries of up to `limit` outbox events not fanned out
+    /// yet, one per accepting endpoint; returns how many events it handled.
+    async fn fan_out(&self, endpoints: &[EndpointFilter], now: Millis, limit: i64) -> StoreResult<usize>;
+
+    /// Claims due deliveries until `lease_until` (a process
+    /// that dies mid-send leaves them to be retried then). A delivery is
+    /// due only when no earlier version of its item is still pending for
+    /// the same endpoint.
+    async fn claim_deliveries(
+        &self,
+        now: Millis,
+        lease_until: Millis,
+        limit: i64,
+    ) -> StoreResult<Vec<ClaimedDelivery>>;
+
+    /// Marks a delivery delivered.
+    async fn delivery_succeeded(&self, id: i64, now: Millis) -> StoreResult<()>;
+
+    /// Records a failed attempt: retried at `retry_at`, or dead when `None`.
+    async fn delivery_failed(&self, id: i64, error: &str, retry_at: Option<Millis>) -> StoreResult<()>;
+
+    /// Deliveries, newest first: dead ones only unless `all`.
+    async fn deliveries(&self, all: bool, limit: i64) -> StoreResult<Vec<DeliveryRecord>>;
+
+    /// Makes a dead delivery pending again; `false` if unknown or not dead.
+    async fn replay_delivery(&self, id: i64, now: Millis) -> StoreResult<bool>;
+
+    /// Transitions in commit order after `after`, for every client or one.
+    async fn changes(&self, client: Option<&str>, after: ChangeCursor, limit: i64) -> StoreResult<Vec<Change>>;
+
+    /// Claims provider requests due to be sent (new, or retrying) until `lease_until`.
+    async fn claim_provider_requests(
+        &self,
+        now: Millis,
+        lease_until: Millis,
+        limit: i64,
+    ) -> StoreResult<Vec<ClaimedProviderRequest>>;
+
+    /// The provider accepted the request: now waiting for its callback.
+    async fn provider_request_sent(&self, key: &str, now: Millis) -> StoreResult<()>;
+
+    /// Sending failed: retried at `retry_at` with the same key.
+    async fn provider_request_failed(&self, key: &str, error: &str, retry_at: Millis, now: Millis) -> StoreResult<()>;
+
+    /// Stores a verified callback and applies it when its request is the
+    /// item's active one, in one transaction.
+    async fn apply_callback(&self, cb: &NewCallback) -> StoreResult<CallbackOutcome>;
+
+    /// Times out up to `limit` requests past their deadline: each item still
+    /// waiting on one goes to `held_for_review` (cause `provider_timeout`).
+    async fn expire_provider_requests(&self, now: Millis, limit: i64) -> StoreResult<Vec<ExpiredRequest>>;
 }
 
 /// A shared store handle.

@@ -32,6 +32,13 @@ impl PgStore {
     }
 }
 
-super::sql::impl_store!(PgStore, Postgres, sqlx::postgres::PgRow, "postgres", |s| s
+super::sql::impl_store!(
+    PgStore,
+    Postgres,
+    sqlx::postgres::PgRow,
+    "postgres",
+    lock = " FOR UPDATE SKIP LOCKED",
+    horizon = " AND txid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint",
+    |s| s
     .write
     .begin());

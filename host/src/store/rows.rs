@@ -1,7 +1,7 @@
 //! Row conversions: the one place where stored strings become enums.
 
-use super::{Mode, StoreError, StoreResult};
-use crate::rules::{Outcome, Phase};
+use super::{DecisionPhase, Mode, StoreError, StoreResult};
+use crate::rules::Outcome;
 use crate::status::{Actor, ItemStatus};
 use crate::verdict::Verdict;
 
@@ -29,10 +29,11 @@ pub(super) fn mode(s: &str) -> StoreResult<Mode> {
     }
 }
 
-pub(super) fn phase(s: &str) -> StoreResult<Phase> {
+pub(super) fn phase(s: &str) -> StoreResult<DecisionPhase> {
     match s {
-        "sync" => Ok(Phase::Sync),
-        "async" => Ok(Phase::Async),
+        "sync" => Ok(DecisionPhase::Sync),
+        "async" => Ok(DecisionPhase::Async),
+        "provider" => Ok(DecisionPhase::Provider),
         _ => Err(corrupt("phase", s)),
     }
 }

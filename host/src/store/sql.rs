@@ -155,14 +155,219 @@ pub(super) const REVIEW_FIRST: &str = "WHERE status = 'held_for_review' ORDER BY
 pub(super) const REVIEW_AFTER: &str = "WHERE status = 'held_for_review' \
      AND (updated_at > $1 OR (updated_at = $1 AND id > $2)) ORDER BY updated_at, id LIMIT $3";
 
+pub(super) const INSERT_OUTBOX: &str = "INSERT INTO outbox (event_id, item_id, item_version, client, kind, \
+     external_id, from_status, to_status, cause, actor, reason, correlation_id, created_at) \
+     SELECT $1, id, $2, client, kind, external_id, $3, $4, $5, $6, $7, $8, $9 FROM items WHERE id = $10";
+
+pub(super) const CHANGE_COLUMNS: &str = "seq, txid, event_id, item_id, external_id, client, kind, item_version, \
+     from_status, to_status, cause, actor, reason, correlation_id, created_at";
+
+pub(super) const INSERT_DELIVERY: &str = "INSERT INTO deliveries (event_id, endpoint, item_id, item_version, status, \
+     next_attempt_at, created_at) SELECT event_id, $2, item_id, item_version, 'pending', $3, $3 FROM outbox \
+     WHERE event_id = $1 ON CONFLICT (event_id, endpoint) DO NOTHING";
+
+pub(super) const MARK_FANNED_OUT: &str = "UPDATE outbox SET fanned_out = TRUE WHERE seq = $1";
+
+pub(super) const DELIVERY_SUCCEEDED: &str = "UPDATE deliveries SET status = 'delivered', delivered_at = $2, \
+     last_error = NULL WHERE id = $1 AND status = 'pending'";
+
+pub(super) const DELIVERY_RETRY: &str =
+    "UPDATE deliveries SET next_attempt_at = $2, last_error = $3 WHERE id = $1 AND status = 'pending'";
+
+pub(super) const DELIVERY_DEAD: &str =
+    "UPDATE deliveries SET status = 'dead', last_error = $2 WHERE id = $1 AND status = 'pending'";
+
+pub(super) const DELIVERY_COLUMNS: &str = "id, event_id, endpoint, item_id, item_version, status, attempts, \
+     next_attempt_at, last_error, created_at, delivered_at";
+
+pub(super) const DELIVERY_REPLAY: &str = "UPDATE deliveries SET status = 'pending', attempts = 0, \
+     next_attempt_at = $2 WHERE id = $1 AND status = 'dead'";
+
+pub(super) const SUPERSEDE_REQUESTS: &str = "UPDATE provider_requests SET status = 'superseded', superseded_by = $2, \
+     updated_at = $3 WHERE item_id = $1 AND status IN ('pending', 'sent')";
+
+pub(super) const CANCEL_REQUESTS: &str = "UPDATE provider_requests SET status = 'cancelled', updated_at = $2 \
+     WHERE item_id = $1 AND status IN ('pending', 'sent')";
+
+pub(super) const INSERT_REQUEST: &str = "INSERT INTO provider_requests (key, provider, item_id, item_version, status, \
+     next_attempt_at, deadline_at, created_at, updated_at) VALUES ($1, $2, $3, $4, 'pending', $5, $6, $5, $5)";
+
+pub(super) const REQUEST_ITEM: &str = "SELECT kind, body, context FROM items WHERE id = $1";
+
+pub(super) const REQUEST_SENT: &str = "UPDATE provider_requests SET status = 'sent', last_error = NULL, \
+     updated_at = $2 WHERE key = $1 AND status = 'pending'";
+
+pub(super) const REQUEST_FAILED: &str = "UPDATE provider_requests SET next_attempt_at = $2, last_error = $3, \
+     updated_at = $4 WHERE key = $1 AND status = 'pending'";
+
+pub(super) const INSERT_CALLBACK: &str = "INSERT INTO provider_callbacks (provider, event_id, request_key, item_id, \
+     payload, received_at, outcome) VALUES ($1, $2, $3, $4, $5, $6, 'unknown') \
+     ON CONFLICT (provider, event_id) DO NOTHING RETURNING id";
+
+pub(super) const CALLBACK_SEEN: &str =
+    "SELECT outcome, detail FROM provider_callbacks WHERE provider = $1 AND event_id = $2";
+
+pub(super) const CALLBACK_REQUEST: &str = "SELECT status, item_version, attempts FROM provider_requests \
+     WHERE key = $1 AND provider = $2 AND item_id = $3";
+
+/// A provider's answer: only while the item still waits at the version the
+/// request was made for (anything since bumped the version).
+pub(super) const PROVIDER_TRANSITION: &str = "UPDATE items SET status = $1, version = version + 1, \
+     decided_by = 'provider', updated_at = $2 WHERE id = $3 AND version = $4 AND status = 'awaiting_provider' \
+     AND (decided_by IS NULL OR decided_by <> 'moderator') RETURNING version";
+
+pub(super) const REQUEST_ANSWERED: &str =
+    "UPDATE provider_requests SET status = 'answered', updated_at = $2 WHERE key = $1";
+
+pub(super) const CALLBACK_OUTCOME: &str =
+    "UPDATE provider_callbacks SET outcome = $2, detail = $3, processed_at = $4 WHERE id = $1";
+
+pub(super) const REQUEST_TIMED_OUT: &str = "UPDATE provider_requests SET status = 'timed_out', updated_at = $2 \
+     WHERE key = $1 AND status IN ('pending', 'sent')";
+
+pub(super) const PROVIDER_REQUESTS_OF: &str = "SELECT key, provider, item_version, status, attempts, deadline_at, \
+     superseded_by, last_error, created_at, updated_at FROM provider_requests WHERE item_id = $1 \
+     ORDER BY created_at, key";
+
+pub(super) const PROVIDER_CALLBACKS_OF: &str = "SELECT id, provider, event_id, request_key, outcome, detail, \
+     received_at FROM provider_callbacks WHERE item_id = $1 ORDER BY id";
+
 /// Instantiates `ItemStore` for one backend. `$store` has fields `write`
 /// and `read` (pools); `$begin` opens a write transaction.
+/// `lock` is appended to the SELECTs that claim work (`FOR UPDATE SKIP
+/// LOCKED` on PostgreSQL, nothing on SQLite's single writer); `horizon` is
+/// the changes feed's extra condition (see the outbox migration).
 macro_rules! impl_store {
-    ($store:ty, $db:ty, $row:ty, $backend:literal, |$s:ident| $begin:expr) => {
+    ($store:ty, $db:ty, $row:ty, $backend:literal, lock = $lock:literal, horizon = $horizon:literal,
+     |$s:ident| $begin:expr) => {
         use sqlx::Row as _;
         use $crate::store::rows;
         use $crate::store::sql::*;
         use $crate::store::*;
+
+        const FAN_OUT: &str = concat!(
+            "SELECT seq, event_id, to_status, kind FROM outbox WHERE NOT fanned_out ORDER BY seq LIMIT $1",
+            $lock
+        );
+        /// Due deliveries whose item has no earlier version pending for the
+        /// same endpoint, nor an earlier event not fanned out yet.
+        const CLAIM_DELIVERIES: &str = concat!(
+            "UPDATE deliveries SET next_attempt_at = $2, attempts = attempts + 1 WHERE id IN (",
+            "SELECT d.id FROM deliveries d WHERE d.status = 'pending' AND d.next_attempt_at <= $1 ",
+            "AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.endpoint = d.endpoint AND e.item_id = d.item_id ",
+            "AND e.status = 'pending' AND e.item_version < d.item_version) ",
+            "AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.item_id = d.item_id ",
+            "AND o.item_version < d.item_version AND NOT o.fanned_out) ",
+            "ORDER BY d.next_attempt_at, d.id LIMIT $3",
+            $lock,
+            ") RETURNING id, event_id, endpoint, attempts"
+        );
+        const CLAIM_REQUESTS: &str = concat!(
+            "UPDATE provider_requests SET next_attempt_at = $2, attempts = attempts + 1, updated_at = $1 ",
+            "WHERE key IN (SELECT key FROM provider_requests WHERE status = 'pending' AND next_attempt_at <= $1 ",
+            "AND deadline_at > $1 ORDER BY next_attempt_at LIMIT $3",
+            $lock,
+            ") RETURNING key, provider, item_id, item_version, attempts, deadline_at"
+        );
+        const EXPIRED_REQUESTS: &str = concat!(
+            "SELECT key, item_id, item_version FROM provider_requests WHERE status IN ('pending', 'sent') ",
+            "AND deadline_at <= $1 ORDER BY deadline_at LIMIT $2",
+            $lock
+        );
+        const CHANGES_ALL: &str = concat!(
+            "SELECT seq, txid, event_id, item_id, external_id, client, kind, item_version, from_status, to_status, ",
+            "cause, actor, reason, correlation_id, created_at FROM outbox ",
+            "WHERE (txid > $1 OR (txid = $1 AND seq > $2))",
+            $horizon,
+            " ORDER BY txid, seq LIMIT $3"
+        );
+        const CHANGES_CLIENT: &str = concat!(
+            "SELECT seq, txid, event_id, item_id, external_id, client, kind, item_version, from_status, to_status, ",
+            "cause, actor, reason, correlation_id, created_at FROM outbox ",
+            "WHERE client = $4 AND (txid > $1 OR (txid = $1 AND seq > $2))",
+            $horizon,
+            " ORDER BY txid, seq LIMIT $3"
+        );
+
+        fn change_from_row(row: &$row) -> StoreResult<Change> {
+            Ok(Change {
+                event_id: row.try_get("event_id")?,
+                item_id: row.try_get("item_id")?,
+                external_id: row.try_get("external_id")?,
+                client: row.try_get("client")?,
+                kind: row.try_get("kind")?,
+                item_version: row.try_get("item_version")?,
+                from_status: rows::status(row.try_get::<&str, _>("from_status")?)?,
+                to_status: rows::status(row.try_get::<&str, _>("to_status")?)?,
+                cause: row.try_get("cause")?,
+                actor: rows::actor(row.try_get::<&str, _>("actor")?)?,
+                reason: row.try_get("reason")?,
+                correlation_id: row.try_get("correlation_id")?,
+                occurred_at: row.try_get("created_at")?,
+                cursor: ChangeCursor {
+                    txid: row.try_get("txid")?,
+                    seq: row.try_get("seq")?,
+                }
+                .encode(),
+            })
+        }
+
+        fn delivery_from_row(row: &$row) -> StoreResult<DeliveryRecord> {
+            Ok(DeliveryRecord {
+                id: row.try_get("id")?,
+                event_id: row.try_get("event_id")?,
+                endpoint: row.try_get("endpoint")?,
+                item_id: row.try_get("item_id")?,
+                item_version: row.try_get("item_version")?,
+                status: row.try_get("status")?,
+                attempts: row.try_get::<i32, _>("attempts")?.into(),
+                next_attempt_at: row.try_get("next_attempt_at")?,
+                last_error: row.try_get("last_error")?,
+                created_at: row.try_get("created_at")?,
+                delivered_at: row.try_get("delivered_at")?,
+            })
+        }
+
+        /// Supersedes or cancels the item's outstanding provider request
+        /// after a transition to `version`, and stores the new one of a hand-off.
+        async fn settle_provider_requests(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            item_id: &str,
+            from: crate::status::ItemStatus,
+            version: i64,
+            handoff: Option<&Handoff>,
+            now: Millis,
+        ) -> StoreResult<()> {
+            match handoff {
+                Some(h) => {
+                    let key = provider_request_key(item_id, version, &h.provider);
+                    sqlx::query(SUPERSEDE_REQUESTS)
+                        .bind(item_id)
+                        .bind(&key)
+                        .bind(now)
+                        .execute(&mut **tx)
+                        .await?;
+                    sqlx::query(INSERT_REQUEST)
+                        .bind(&key)
+                        .bind(&h.provider)
+                        .bind(item_id)
+                        .bind(version)
+                        .bind(now)
+                        .bind(h.deadline_at)
+                        .execute(&mut **tx)
+                        .await?;
+                }
+                None if from == crate::status::ItemStatus::AwaitingProvider => {
+                    sqlx::query(CANCEL_REQUESTS)
+                        .bind(item_id)
+                        .bind(now)
+                        .execute(&mut **tx)
+                        .await?;
+                }
+                None => {}
+            }
+            Ok(())
+        }
 
         fn item_from_row(row: &$row) -> StoreResult<Item> {
             Ok(Item {
@@ -250,6 +455,24 @@ macro_rules! impl_store {
                 .bind(now)
                 .execute(&mut **tx)
                 .await?;
+            // The outbox row of this transition, in the same transaction.
+            let outboxed = sqlx::query(INSERT_OUTBOX)
+                .bind(event_id(item_id, version))
+                .bind(version)
+                .bind(from.as_str())
+                .bind(to.as_str())
+                .bind(cause)
+                .bind(actor.as_str())
+                .bind(reason)
+                .bind(correlation_id)
+                .bind(now)
+                .bind(item_id)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected();
+            if outboxed != 1 {
+                return Err(StoreError::Database(format!("no item {item_id} to write the outbox row of")));
+            }
             Ok(())
         }
 
@@ -497,12 +720,51 @@ macro_rules! impl_store {
                     .iter()
                     .map(transition_from_row)
                     .collect::<StoreResult<Vec<_>>>()?;
+                let provider_requests = sqlx::query(PROVIDER_REQUESTS_OF)
+                    .bind(id)
+                    .fetch_all(&mut *tx)
+                    .await?
+                    .iter()
+                    .map(|r| {
+                        Ok(ProviderRequestRecord {
+                            key: r.try_get("key")?,
+                            provider: r.try_get("provider")?,
+                            item_version: r.try_get("item_version")?,
+                            status: r.try_get("status")?,
+                            attempts: r.try_get::<i32, _>("attempts")?.into(),
+                            deadline_at: r.try_get("deadline_at")?,
+                            superseded_by: r.try_get("superseded_by")?,
+                            last_error: r.try_get("last_error")?,
+                            created_at: r.try_get("created_at")?,
+                            updated_at: r.try_get("updated_at")?,
+                        })
+                    })
+                    .collect::<StoreResult<Vec<_>>>()?;
+                let provider_callbacks = sqlx::query(PROVIDER_CALLBACKS_OF)
+                    .bind(id)
+                    .fetch_all(&mut *tx)
+                    .await?
+                    .iter()
+                    .map(|r| {
+                        Ok(ProviderCallbackRecord {
+                            id: r.try_get("id")?,
+                            provider: r.try_get("provider")?,
+                            event_id: r.try_get("event_id")?,
+                            request_key: r.try_get("request_key")?,
+                            outcome: r.try_get("outcome")?,
+                            detail: r.try_get("detail")?,
+                            received_at: r.try_get("received_at")?,
+                        })
+                    })
+                    .collect::<StoreResult<Vec<_>>>()?;
                 tx.commit().await?;
                 Ok(Some(ItemDetails {
                     item,
                     counters,
                     decisions,
                     transitions,
+                    provider_requests,
+                    provider_callbacks,
                 }))
             }
 
@@ -601,6 +863,7 @@ macro_rules! impl_store {
                         .execute(&mut *tx)
                         .await?;
                 }
+                settle_provider_requests(&mut tx, &r.item_id, r.from, version, None, r.now).await?;
                 tx.commit().await?;
                 Ok(Transition::Applied { version })
             }
@@ -681,6 +944,8 @@ macro_rules! impl_store {
                                     c.now,
                                 )
                                 .await?;
+                                let handoff = c.handoff.as_ref().filter(|_| to == crate::status::ItemStatus::AwaitingProvider);
+                                settle_provider_requests(&mut tx, &c.item_id, c.from, version, handoff, c.now).await?;
                                 CommitOutcome::Transitioned { version }
                             }
                             None => CommitOutcome::Stale,
@@ -920,6 +1185,366 @@ macro_rules! impl_store {
                     }
                 };
                 rows.iter().map(item_from_row).collect()
+            }
+
+            async fn fan_out(&self, endpoints: &[EndpointFilter], now: Millis, limit: i64) -> StoreResult<usize> {
+                let $s = self;
+                let mut tx = $begin.await?;
+                let events = sqlx::query_as::<_, (i64, String, String, String)>(FAN_OUT)
+                    .bind(limit)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                for (seq, event_id, to_status, kind) in &events {
+                    let to = rows::status(to_status)?;
+                    for e in endpoints.iter().filter(|e| e.accepts(to, kind)) {
+                        sqlx::query(INSERT_DELIVERY)
+                            .bind(event_id)
+                            .bind(&e.name)
+                            .bind(now)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    sqlx::query(MARK_FANNED_OUT).bind(*seq).execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+                Ok(events.len())
+            }
+
+            async fn claim_deliveries(
+                &self,
+                now: Millis,
+                lease_until: Millis,
+                limit: i64,
+            ) -> StoreResult<Vec<ClaimedDelivery>> {
+                let $s = self;
+                let mut tx = $begin.await?;
+                let claimed = sqlx::query_as::<_, (i64, String, String, i32)>(CLAIM_DELIVERIES)
+                    .bind(now)
+                    .bind(lease_until)
+                    .bind(limit)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                let mut out = Vec::with_capacity(claimed.len());
+                for (id, event_id, endpoint, attempts) in claimed {
+                    let row = sqlx::query(&format!("SELECT {CHANGE_COLUMNS} FROM outbox WHERE event_id = $1"))
+                        .bind(&event_id)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    out.push(ClaimedDelivery {
+                        id,
+                        endpoint,
+                        attempts: attempts.into(),
+                        change: change_from_row(&row)?,
+                    });
+                }
+                tx.commit().await?;
+                Ok(out)
+            }
+
+            async fn delivery_succeeded(&self, id: i64, now: Millis) -> StoreResult<()> {
+                let $s = self;
+                let mut tx = $begin.await?;
+                sqlx::query(DELIVERY_SUCCEEDED).bind(id).bind(now).execute(&mut *tx).await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn delivery_failed(&self, id: i64, error: &str, retry_at: Option<Millis>) -> StoreResult<()> {
+                let $s = self;
+                let mut tx = $begin.await?;
+                match retry_at {
+                    Some(at) => sqlx::query(DELIVERY_RETRY).bind(id).bind(at).bind(error),
+                    None => sqlx::query(DELIVERY_DEAD).bind(id).bind(error),
+                }
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn deliveries(&self, all: bool, limit: i64) -> StoreResult<Vec<DeliveryRecord>> {
+                let filter = if all { "" } else { "WHERE status = 'dead' " };
+                sqlx::query(&format!(
+                    "SELECT {DELIVERY_COLUMNS} FROM deliveries {filter}ORDER BY id DESC LIMIT $1"
+                ))
+                .bind(limit)
+                .fetch_all(&self.read)
+                .await?
+                .iter()
+                .map(delivery_from_row)
+                .collect()
+            }
+
+            async fn replay_delivery(&self, id: i64, now: Millis) -> StoreResult<bool> {
+                let $s = self;
+                let mut tx = $begin.await?;
+                let n = sqlx::query(DELIVERY_REPLAY)
+                    .bind(id)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                tx.commit().await?;
+                Ok(n == 1)
+            }
+
+            async fn changes(&self, client: Option<&str>, after: ChangeCursor, limit: i64) -> StoreResult<Vec<Change>> {
+                let query = match client {
+                    None => sqlx::query(CHANGES_ALL).bind(after.txid).bind(after.seq).bind(limit),
+                    Some(c) => sqlx::query(CHANGES_CLIENT)
+                        .bind(after.txid)
+                        .bind(after.seq)
+                        .bind(limit)
+                        .bind(c),
+                };
+                query.fetch_all(&self.read).await?.iter().map(change_from_row).collect()
+            }
+
+            async fn claim_provider_requests(
+                &self,
+                now: Millis,
+                lease_until: Millis,
+                limit: i64,
+            ) -> StoreResult<Vec<ClaimedProviderRequest>> {
+                let $s = self;
+                let mut tx = $begin.await?;
+                let claimed = sqlx::query_as::<_, (String, String, String, i64, i32, i64)>(CLAIM_REQUESTS)
+                    .bind(now)
+                    .bind(lease_until)
+                    .bind(limit)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                let mut out = Vec::with_capacity(claimed.len());
+                for (key, provider, item_id, item_version, attempts, deadline_at) in claimed {
+                    let (kind, text, context) = sqlx::query_as::<_, (String, String, String)>(REQUEST_ITEM)
+                        .bind(&item_id)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    out.push(ClaimedProviderRequest {
+                        key,
+                        provider,
+                        item_id,
+                        item_version,
+                        attempts: attempts.into(),
+                        deadline_at,
+                        kind,
+                        text,
+                        context,
+                    });
+                }
+                tx.commit().await?;
+                Ok(out)
+            }
+
+            async fn provider_request_sent(&self, key: &str, now: Millis) -> StoreResult<()> {
+                let $s = self;
+                let mut tx = $begin.await?;
+                sqlx::query(REQUEST_SENT).bind(key).bind(now).execute(&mut *tx).await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn provider_request_failed(
+                &self,
+                key: &str,
+                error: &str,
+                retry_at: Millis,
+                now: Millis,
+            ) -> StoreResult<()> {
+                let $s = self;
+                let mut tx = $begin.await?;
+                sqlx::query(REQUEST_FAILED)
+                    .bind(key)
+                    .bind(retry_at)
+                    .bind(error)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn apply_callback(&self, cb: &NewCallback) -> StoreResult<CallbackOutcome> {
+                let $s = self;
+                let mut tx = $begin.await?;
+                // The raw payload is stored first; a repeat of the event id stops here.
+                let inserted: Option<i64> = sqlx::query_scalar(INSERT_CALLBACK)
+                    .bind(&cb.provider)
+                    .bind(&cb.event_id)
+                    .bind(&cb.request_key)
+                    .bind(&cb.item_id)
+                    .bind(&cb.payload)
+                    .bind(cb.now)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let Some(callback_id) = inserted else {
+                    let (first, _detail) = sqlx::query_as::<_, (String, String)>(CALLBACK_SEEN)
+                        .bind(&cb.provider)
+                        .bind(&cb.event_id)
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    return Ok(if first == "unknown" {
+                        CallbackOutcome::Unknown
+                    } else {
+                        CallbackOutcome::Duplicate { first }
+                    });
+                };
+                let request = sqlx::query_as::<_, (String, i64, i32)>(CALLBACK_REQUEST)
+                    .bind(&cb.request_key)
+                    .bind(&cb.provider)
+                    .bind(&cb.item_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let record = |outcome: &'static str, detail: String| {
+                    sqlx::query(CALLBACK_OUTCOME)
+                        .bind(callback_id)
+                        .bind(outcome)
+                        .bind(detail)
+                        .bind(cb.now)
+                };
+                let Some((status, item_version, attempts)) = request else {
+                    record("unknown", "no such request for this provider and item".into())
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                    return Ok(CallbackOutcome::Unknown);
+                };
+                let outcome = match status.as_str() {
+                    "pending" | "sent" => {
+                        let to = crate::judge::status_for(cb.verdict);
+                        let version: Option<i64> = sqlx::query_scalar(PROVIDER_TRANSITION)
+                            .bind(to.as_str())
+                            .bind(cb.now)
+                            .bind(&cb.item_id)
+                            .bind(item_version)
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                        match version {
+                            Some(version) => {
+                                let correlation = format!(
+                                    "request={} attempt={attempts} event={}",
+                                    cb.request_key, cb.event_id
+                                );
+                                insert_transition(
+                                    &mut tx,
+                                    &cb.item_id,
+                                    crate::status::ItemStatus::AwaitingProvider,
+                                    to,
+                                    version,
+                                    "provider_callback",
+                                    crate::status::Actor::Provider,
+                                    Some(&cb.provider),
+                                    &format!("{} by {}: {}", cb.verdict, cb.provider, cb.reason),
+                                    &correlation,
+                                    cb.now,
+                                )
+                                .await?;
+                                let decision = NewDecision {
+                                    plugin: cb.provider.clone(),
+                                    plugin_version: "callback".into(),
+                                    plugin_digest: crate::rules::Digest::of(cb.payload.as_bytes()).to_hex(),
+                                    phase: DecisionPhase::Provider,
+                                    verdict: Some(cb.verdict),
+                                    score: cb.score,
+                                    labels: cb.labels.clone(),
+                                    reason: cb.reason.clone(),
+                                    mode: Mode::Enforce,
+                                    applied: true,
+                                    duration_us: 0,
+                                    outcome: crate::rules::Outcome::Ok,
+                                    error: None,
+                                    decided_at: cb.now,
+                                };
+                                insert_decisions(&mut tx, &cb.item_id, item_version, std::slice::from_ref(&decision))
+                                    .await?;
+                                sqlx::query(REQUEST_ANSWERED)
+                                    .bind(&cb.request_key)
+                                    .bind(cb.now)
+                                    .execute(&mut *tx)
+                                    .await?;
+                                record("applied", format!("{} -> {to} at version {version}", cb.verdict))
+                                    .execute(&mut *tx)
+                                    .await?;
+                                CallbackOutcome::Applied {
+                                    version,
+                                    attempt: attempts.into(),
+                                }
+                            }
+                            None => {
+                                let detail = "the item moved on since the request (a moderator or a newer evaluation decided)";
+                                record("stale", detail.into()).execute(&mut *tx).await?;
+                                CallbackOutcome::Stale { detail: detail.into() }
+                            }
+                        }
+                    }
+                    "answered" => {
+                        record("duplicate", "the request was already answered by another event".into())
+                            .execute(&mut *tx)
+                            .await?;
+                        CallbackOutcome::Duplicate {
+                            first: "answered".into(),
+                        }
+                    }
+                    other => {
+                        let detail = format!("the request is {other}");
+                        record("stale", detail.clone()).execute(&mut *tx).await?;
+                        CallbackOutcome::Stale { detail }
+                    }
+                };
+                tx.commit().await?;
+                Ok(outcome)
+            }
+
+            async fn expire_provider_requests(&self, now: Millis, limit: i64) -> StoreResult<Vec<ExpiredRequest>> {
+                let $s = self;
+                let mut tx = $begin.await?;
+                let due = sqlx::query_as::<_, (String, String, i64)>(EXPIRED_REQUESTS)
+                    .bind(now)
+                    .bind(limit)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                let mut out = Vec::with_capacity(due.len());
+                for (key, item_id, item_version) in due {
+                    let timed_out = sqlx::query(REQUEST_TIMED_OUT)
+                        .bind(&key)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                    if timed_out == 0 {
+                        continue;
+                    }
+                    let to = crate::status::ItemStatus::HeldForReview;
+                    let version: Option<i64> = sqlx::query_scalar(TRANSITION_AUTOMATED)
+                        .bind(to.as_str())
+                        .bind(crate::status::Actor::System.as_str())
+                        .bind(now)
+                        .bind(&item_id)
+                        .bind(item_version)
+                        .bind(crate::status::ItemStatus::AwaitingProvider.as_str())
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    if let Some(version) = version {
+                        insert_transition(
+                            &mut tx,
+                            &item_id,
+                            crate::status::ItemStatus::AwaitingProvider,
+                            to,
+                            version,
+                            "provider_timeout",
+                            crate::status::Actor::System,
+                            None,
+                            &format!("no answer to request {key} before its deadline; a human decides"),
+                            &format!("request={key}"),
+                            now,
+                        )
+                        .await?;
+                    }
+                    out.push(ExpiredRequest { key, item_id, version });
+                }
+                tx.commit().await?;
+                Ok(out)
             }
         }
     };

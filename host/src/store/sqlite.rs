@@ -48,6 +48,6 @@ impl SqliteStore {
     }
 }
 
-super::sql::impl_store!(SqliteStore, Sqlite, sqlx::sqlite::SqliteRow, "sqlite", |s| s
+super::sql::impl_store!(SqliteStore, Sqlite, sqlx::sqlite::SqliteRow, "sqlite", lock = "", horizon = "", |s| s
     .write
     .begin_with("BEGIN IMMEDIATE"));

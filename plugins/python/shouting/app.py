@@ -41,13 +41,13 @@ class WitWorld(wit_world.WitWorld):
         text = input.item.text
         letters = [c for c in text if c.isalpha()]
         if len(letters) < min_letters:
-            return Decision(verdict=Verdict.ALLOW, score=0.0, labels=[], reason="")
+            return Decision(verdict=Verdict.ALLOW, score=0.0, labels=[], reason="", provider=None)
         upper = sum(1 for c in letters if c.isupper())
         ratio = upper / len(letters)
         if ratio < caps_ratio:
-            return Decision(verdict=Verdict.ALLOW, score=0.0, labels=[], reason="")
+            return Decision(verdict=Verdict.ALLOW, score=0.0, labels=[], reason="", provider=None)
         reason = f"{ratio:.0%} of {len(letters)} letters are capitals"
         if "!!!" in text:
             host.log(Level.INFO, f"item {input.item.id}: shouting with exclamation marks")
-            return Decision(verdict=Verdict.REJECT, score=min(1.0, ratio), labels=["shouting"], reason=reason + ", with !!!")
-        return Decision(verdict=Verdict.HOLD, score=min(1.0, ratio), labels=["shouting"], reason=reason)
+            return Decision(verdict=Verdict.REJECT, score=min(1.0, ratio), labels=["shouting"], reason=reason + ", with !!!", provider=None)
+        return Decision(verdict=Verdict.HOLD, score=min(1.0, ratio), labels=["shouting"], reason=reason, provider=None)

@@ -1,0 +1,151 @@
+//! `POST /v1/provider-callbacks/{provider}`: an external classifier's answer.
+//!
+//! Authenticated by the provider's HMAC signature (not a bearer token),
+//! stored with its raw payload, and applied only while its request is the
+//! item's active one: a duplicate or a stale answer never overwrites a
+//! newer request's outcome or a moderator's decision.
+
+use super::AppState;
+use super::error::{ApiError, ErrorBody, Path};
+use crate::providers::Callback;
+use crate::store::{CallbackOutcome, NewCallback};
+use crate::verdict::Verdict;
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// What a callback did.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CallbackResponse {
+    /// `applied`, `duplicate` or `stale`.
+    pub outcome: &'static str,
+    /// The item's version after an applied callback.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub item_version: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+/// A provider's signed answer. `X-Gavel-Timestamp: SECONDS` and
+/// `X-Gavel-Signature: sha256=HEX` (HMAC-SHA256 of `TIMESTAMP.BODY` with the
+/// provider's secret). 200 applied or duplicate, 202 stale (recorded, not
+/// applied), 401 bad or old signature, 404 unknown provider, item or request.
+#[utoipa::path(
+    post, path = "/v1/provider-callbacks/{provider}", tag = "providers",
+    request_body = Callback,
+    params(
+        ("provider" = String, Path),
+        ("X-Gavel-Timestamp" = String, Header, description = "Unix seconds; at most 5 minutes old"),
+        ("X-Gavel-Signature" = String, Header, description = "sha256=HEX over TIMESTAMP.BODY"),
+    ),
+    responses(
+        (status = 200, body = CallbackResponse), (status = 202, body = CallbackResponse),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+    )
+)]
+pub async fn callback(
+    State(state): State<AppState>,
+    Path(provider): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<(StatusCode, Json<CallbackResponse>), ApiError> {
+    let count = |outcome: &'static str| {
+        state
+            .metrics
+            .provider_callbacks
+            .get_or_create(&crate::metrics::OutcomeLabel { outcome })
+            .inc()
+    };
+    let Some(config) = state.config.providers.get(&provider) else {
+        return Err(ApiError::not_found("provider"));
+    };
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Err(e) = crate::signing::verify(
+        config.secret.as_bytes(),
+        header(crate::signing::TIMESTAMP_HEADER),
+        header(crate::signing::SIGNATURE_HEADER),
+        &body,
+        crate::signing::now_secs(),
+    ) {
+        count("bad_signature");
+        tracing::warn!(%provider, error = %e, "provider callback refused");
+        return Err(ApiError::new(StatusCode::UNAUTHORIZED, "bad_signature", e.to_string()));
+    }
+    let cb: Callback = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request("invalid_body", format!("not a callback: {e}")))?;
+    let verdict: Verdict = cb
+        .verdict
+        .parse()
+        .ok()
+        .filter(|v| *v != Verdict::Defer)
+        .ok_or_else(|| ApiError::bad_request("invalid_body", "`verdict` must be allow, flag, hold or reject"))?;
+    for (field, value) in [("event_id", &cb.event_id), ("request_key", &cb.request_key), ("item_id", &cb.item_id)] {
+        if value.is_empty() || value.len() > 512 {
+            return Err(ApiError::bad_request("invalid_body", format!("`{field}` must be 1-512 bytes")));
+        }
+    }
+    if cb.reason.len() > 1024 || !cb.score.is_finite() {
+        return Err(ApiError::bad_request(
+            "invalid_body",
+            "`reason` is over 1 KiB or `score` is not a number",
+        ));
+    }
+    let mut labels = cb.labels.clone();
+    labels.extend(cb.label.clone());
+    if labels.len() > 16 || labels.iter().any(|l| l.is_empty() || l.len() > 64) {
+        return Err(ApiError::bad_request("invalid_body", "at most 16 labels of 1-64 bytes"));
+    }
+    let new = NewCallback {
+        provider: provider.clone(),
+        event_id: cb.event_id.clone(),
+        request_key: cb.request_key.clone(),
+        item_id: cb.item_id.clone(),
+        payload: String::from_utf8_lossy(&body).into_owned(),
+        verdict,
+        score: cb.score.clamp(0.0, 1.0),
+        labels,
+        reason: cb.reason.clone(),
+        now: crate::store::now_ms(),
+    };
+    let span = tracing::info_span!(
+        "provider.callback",
+        %provider, item = %cb.item_id, request_key = %cb.request_key, event_id = %cb.event_id
+    );
+    let outcome = {
+        use tracing::Instrument;
+        state.store.apply_callback(&new).instrument(span.clone()).await?
+    };
+    let _enter = span.enter();
+    let response = |status, outcome, item_version, detail| {
+        count(outcome);
+        Ok((
+            status,
+            Json(CallbackResponse {
+                outcome,
+                item_version,
+                detail,
+            }),
+        ))
+    };
+    match outcome {
+        CallbackOutcome::Applied { version, attempt } => {
+            tracing::info!(version, attempt, %verdict, "provider callback applied");
+            response(StatusCode::OK, "applied", Some(version), None)
+        }
+        CallbackOutcome::Duplicate { first } => {
+            tracing::info!(%first, "provider callback is a duplicate; no effect");
+            response(StatusCode::OK, "duplicate", None, Some(format!("already {first}")))
+        }
+        CallbackOutcome::Stale { detail } => {
+            tracing::info!(%detail, "provider callback is stale; recorded, not applied");
+            response(StatusCode::ACCEPTED, "stale", None, Some(detail))
+        }
+        CallbackOutcome::Unknown => {
+            count("unknown");
+            Err(ApiError::not_found("request for this provider and item"))
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Decision delivery: the dispatcher that turns outbox rows into signed
+//! webhook POSTs.
+//!
+//! Every transition's transaction wrote one outbox row (`event_id` =
+//! `ITEM:VERSION`). The dispatcher, in every `worker`/`all` process, fans
+//! new rows out into one delivery per accepting endpoint, claims due
+//! deliveries with a lease (`FOR UPDATE SKIP LOCKED` on PostgreSQL), POSTs
+//! them, and records the result: delivered, retried later with jittered
+//! exponential backoff, or dead after `delivery.max_attempts` (listed and
+//! replayable). Per item and endpoint, a version is claimed only once every
+//! earlier version is delivered or dead, so receivers see versions in order.
+//! Transport is at least once (a process killed mid-send leaves the
+//! delivery to be retried when its lease ends); receivers deduplicate on
+//! `event_id`.
+
+use crate::config::{DeliveryConfig, WebhookConfig};
+use crate::metrics::{Metrics, ResultLabel};
+use crate::store::{ClaimedDelivery, EndpointFilter, SharedStore, now_ms};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+/// Headers of every delivery besides the signature's.
+pub const EVENT_ID_HEADER: &str = "x-gavel-event-id";
+pub const ATTEMPT_HEADER: &str = "x-gavel-delivery-attempt";
+
+/// Outbox rows fanned out per round.
+const FAN_OUT_BATCH: i64 = 500;
+
+/// The webhook dispatcher of one process.
+pub struct Dispatcher {
+    store: SharedStore,
+    endpoints: BTreeMap<String, WebhookConfig>,
+    filters: Vec<EndpointFilter>,
+    config: DeliveryConfig,
+    http: reqwest::Client,
+    metrics: Arc<Metrics>,
+}
+
+impl Dispatcher {
+    pub fn new(
+        store: SharedStore,
+        endpoints: BTreeMap<String, WebhookConfig>,
+        config: DeliveryConfig,
+        metrics: Arc<Metrics>,
+    ) -> anyhow::Result<Self> {
+        let filters = endpoints
+            .iter()
+            .map(|(name, w)| EndpointFilter {
+                name: name.clone(),
+                statuses: w.statuses.clone(),
+                kinds: w.kinds.clone(),
+            })
+            .collect();
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_millis(config.timeout_ms))
+            .connect_timeout(Duration::from_millis(config.timeout_ms.min(5_000)))
+            .user_agent(concat!("gavel/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(Dispatcher {
+            store,
+            endpoints,
+            filters,
+            config,
+            http,
+            metrics,
+        })
+    }
+
+    /// Runs until `cancel`; deliveries in flight finish (bounded by the timeout).
+    pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
+        let slots = Arc::new(Semaphore::new(self.config.concurrency.max(1)));
+        let poll = Duration::from_millis(self.config.poll_interval_ms.max(10));
+        // Longer than any attempt: a claim outlives its request unless the process died.
+        let lease_ms = self.config.timeout_ms as i64 * 2 + 5_000;
+        while !cancel.is_cancelled() {
+            let now = now_ms();
+            let fanned = match self.store.fan_out(&self.filters, now, FAN_OUT_BATCH).await {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(error = %e, "delivery: cannot fan out outbox events");
+                    0
+                }
+            };
+            let free = slots.available_permits();
+            let claimed = if free == 0 {
+                Vec::new()
+            } else {
+                match self.store.claim_deliveries(now, now + lease_ms, free as i64).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "delivery: cannot claim deliveries");
+                        Vec::new()
+                    }
+                }
+            };
+            self.metrics.deliveries_pending.set(claimed.len() as i64);
+            let idle = fanned == 0 && claimed.is_empty();
+            for delivery in claimed {
+                let permit = slots.clone().acquire_owned().await.expect("the semaphore is never closed");
+                let this = self.clone();
+                tokio::spawn(async move {
+                    this.deliver(delivery).await;
+                    drop(permit);
+                });
+            }
+            if idle || slots.available_permits() == 0 {
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = tokio::time::sleep(poll) => {}
+                }
+            }
+        }
+        // Let deliveries in flight record their result.
+        let _ = tokio::time::timeout(
+            Duration::from_millis(self.config.timeout_ms + 1_000),
+            slots.acquire_many(self.config.concurrency.max(1) as u32),
+        )
+        .await;
+    }
+
+    async fn deliver(&self, d: ClaimedDelivery) {
+        let span = tracing::info_span!(
+            "delivery.send",
+            endpoint = %d.endpoint,
+            event_id = %d.change.event_id,
+            item = %d.change.item_id,
+            attempt = d.attempts
+        );
+        self.attempt(&d).instrument(span).await;
+    }
+
+    async fn attempt(&self, d: &ClaimedDelivery) {
+        let result = match self.endpoints.get(&d.endpoint) {
+            Some(endpoint) => self.post(endpoint, d).await,
+            None => Err(format!("endpoint {:?} is not configured", d.endpoint)),
+        };
+        let now = now_ms();
+        let (label, stored) = match result {
+            Ok(()) => ("delivered", self.store.delivery_succeeded(d.id, now).await),
+            Err(error) => {
+                let dead = d.attempts >= i64::from(self.config.max_attempts) || !self.endpoints.contains_key(&d.endpoint);
+                let retry_at = (!dead).then(|| {
+                    now + crate::worker::backoff_ms(
+                        d.attempts as u32,
+                        self.config.retry_base_ms as i64,
+                        self.config.retry_max_ms as i64,
+                    )
+                });
+                if dead {
+                    tracing::error!(error = %error, "delivery dead-lettered; replay it once the endpoint works");
+                } else {
+                    tracing::warn!(error = %error, "delivery failed; retrying");
+                }
+                let label = if dead { "dead" } else { "retry" };
+                (label, self.store.delivery_failed(d.id, &error, retry_at).await)
+            }
+        };
+        self.metrics.deliveries.get_or_create(&ResultLabel { result: label }).inc();
+        if let Err(e) = stored {
+            // The lease runs out and the delivery is attempted again: at least once.
+            tracing::warn!(error = %e, "delivery: cannot record the result");
+        }
+    }
+
+    async fn post(&self, endpoint: &WebhookConfig, d: &ClaimedDelivery) -> Result<(), String> {
+        let body = serde_json::to_vec(&d.change).expect("a change serializes");
+        let timestamp = crate::signing::now_secs();
+        let signature = crate::signing::sign(endpoint.secret.as_bytes(), timestamp, &body);
+        let response = self
+            .http
+            .post(&endpoint.url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(EVENT_ID_HEADER, &d.change.event_id)
+            .header(ATTEMPT_HEADER, d.attempts.to_string())
+            .header(crate::signing::TIMESTAMP_HEADER, timestamp.to_string())
+            .header(crate::signing::SIGNATURE_HEADER, signature)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| describe(&e))?;
+        let status = response.status();
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(format!("HTTP {status}"))
+        }
+    }
+}
+
+/// A short reason for a failed request (timeouts and refused connections
+/// named as such).
+pub(crate) fn describe(e: &reqwest::Error) -> String {
+    if e.is_timeout() {
+        "timed out".into()
+    } else if e.is_connect() {
+        format!("cannot connect: {e}")
+    } else {
+        e.to_string()
+    }
+}

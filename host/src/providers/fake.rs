@@ -1,0 +1,151 @@
+//! A stand-in classifier for demos and tests (`gavel dev fake-provider`):
+//! accepts gavel's signed requests, records them, and answers each with a
+//! signed callback after a delay, as many times as asked (a provider
+//! retrying its webhook), or never.
+
+use super::{Callback, ProviderRequest};
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How the fake provider answers.
+#[derive(Debug, Clone)]
+pub struct FakeOptions {
+    /// Verifies gavel's requests and signs callbacks.
+    pub secret: String,
+    /// The verdict of every answer.
+    pub verdict: String,
+    pub reason: String,
+    /// Wait this long before answering.
+    pub delay: Duration,
+    /// Send each answer this many times (same event id).
+    pub copies: u32,
+    /// Never answer (requests are still recorded).
+    pub silent: bool,
+}
+
+struct Shared {
+    options: FakeOptions,
+    received: Mutex<Vec<ProviderRequest>>,
+    http: reqwest::Client,
+}
+
+/// A running fake provider.
+pub struct FakeProvider {
+    /// POST requests here (configure it as the provider's `url`).
+    pub url: String,
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FakeProvider {
+    /// Serves on `listener` until dropped.
+    pub fn start(listener: tokio::net::TcpListener, options: FakeOptions) -> std::io::Result<FakeProvider> {
+        let url = format!("http://{}/classify", listener.local_addr()?);
+        let shared = Arc::new(Shared {
+            options,
+            received: Mutex::new(Vec::new()),
+            http: reqwest::Client::new(),
+        });
+        let app = axum::Router::new()
+            .route("/classify", post(classify))
+            .with_state(shared.clone());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(FakeProvider { url, shared, task })
+    }
+
+    /// Every request received so far, in arrival order.
+    pub fn received(&self) -> Vec<ProviderRequest> {
+        self.shared.received.lock().expect("not poisoned").clone()
+    }
+
+    /// Serves until the task ends (for the CLI).
+    pub async fn wait(&mut self) {
+        let _ = (&mut self.task).await;
+    }
+}
+
+impl Drop for FakeProvider {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn classify(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Err(e) = crate::signing::verify(
+        shared.options.secret.as_bytes(),
+        header(crate::signing::TIMESTAMP_HEADER),
+        header(crate::signing::SIGNATURE_HEADER),
+        &body,
+        crate::signing::now_secs(),
+    ) {
+        tracing::warn!(error = %e, "fake provider: request refused");
+        return StatusCode::UNAUTHORIZED;
+    }
+    let Ok(request) = serde_json::from_slice::<ProviderRequest>(&body) else {
+        return StatusCode::BAD_REQUEST;
+    };
+    tracing::info!(item = %request.item_id, request_key = %request.request_key, attempt = request.attempt, "fake provider: request");
+    shared.received.lock().expect("not poisoned").push(request.clone());
+    if !shared.options.silent {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(shared.options.delay).await;
+            let answer = Callback {
+                event_id: format!("{}/answer", request.request_key),
+                request_key: request.request_key.clone(),
+                item_id: request.item_id.clone(),
+                verdict: shared.options.verdict.clone(),
+                score: 0.9,
+                label: Some("fake-provider".into()),
+                labels: Vec::new(),
+                reason: shared.options.reason.clone(),
+            };
+            for _ in 0..shared.options.copies.max(1) {
+                match send_callback(&shared.http, &request.callback_url, shared.options.secret.as_bytes(), &answer).await
+                {
+                    Ok(status) => tracing::info!(event_id = %answer.event_id, %status, "fake provider: callback sent"),
+                    Err(e) => tracing::warn!(error = %e, "fake provider: callback failed"),
+                }
+            }
+        });
+    }
+    StatusCode::ACCEPTED
+}
+
+/// POSTs `callback` to `url`, signed now with `secret`; returns the status.
+pub async fn send_callback(
+    http: &reqwest::Client,
+    url: &str,
+    secret: &[u8],
+    callback: &Callback,
+) -> reqwest::Result<reqwest::StatusCode> {
+    let body = serde_json::to_vec(callback).expect("a callback serializes");
+    send_signed(http, url, secret, crate::signing::now_secs(), body).await
+}
+
+/// POSTs raw `body` signed with `secret` at `timestamp` (seconds).
+pub async fn send_signed(
+    http: &reqwest::Client,
+    url: &str,
+    secret: &[u8],
+    timestamp: i64,
+    body: Vec<u8>,
+) -> reqwest::Result<reqwest::StatusCode> {
+    let signature = crate::signing::sign(secret, timestamp, &body);
+    Ok(http
+        .post(url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .header(crate::signing::TIMESTAMP_HEADER, timestamp.to_string())
+        .header(crate::signing::SIGNATURE_HEADER, signature)
+        .body(body)
+        .send()
+        .await?
+        .status())
+}
