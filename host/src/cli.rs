@@ -164,7 +164,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             silent,
         }) => {
             anyhow::ensure!(
-                verdict.parse::<crate::verdict::Verdict>().is_ok_and(|v| v != crate::verdict::Verdict::Defer),
+                verdict
+                    .parse::<crate::verdict::Verdict>()
+                    .is_ok_and(|v| v != crate::verdict::Verdict::Defer),
                 "--verdict must be allow, flag, hold or reject"
             );
             let options = crate::providers::fake::FakeOptions {
@@ -174,6 +176,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 delay: std::time::Duration::from_millis(delay_ms),
                 copies,
                 silent,
+                fail_first: 0,
             };
             tokio::runtime::Runtime::new()?.block_on(async move {
                 let listener = tokio::net::TcpListener::bind(listen)

@@ -100,7 +100,11 @@ impl Dispatcher {
             self.metrics.deliveries_pending.set(claimed.len() as i64);
             let idle = fanned == 0 && claimed.is_empty();
             for delivery in claimed {
-                let permit = slots.clone().acquire_owned().await.expect("the semaphore is never closed");
+                let permit = slots
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .expect("the semaphore is never closed");
                 let this = self.clone();
                 tokio::spawn(async move {
                     this.deliver(delivery).await;
@@ -142,7 +146,8 @@ impl Dispatcher {
         let (label, stored) = match result {
             Ok(()) => ("delivered", self.store.delivery_succeeded(d.id, now).await),
             Err(error) => {
-                let dead = d.attempts >= i64::from(self.config.max_attempts) || !self.endpoints.contains_key(&d.endpoint);
+                let dead =
+                    d.attempts >= i64::from(self.config.max_attempts) || !self.endpoints.contains_key(&d.endpoint);
                 let retry_at = (!dead).then(|| {
                     now + crate::worker::backoff_ms(
                         d.attempts as u32,
@@ -159,7 +164,10 @@ impl Dispatcher {
                 (label, self.store.delivery_failed(d.id, &error, retry_at).await)
             }
         };
-        self.metrics.deliveries.get_or_create(&ResultLabel { result: label }).inc();
+        self.metrics
+            .deliveries
+            .get_or_create(&ResultLabel { result: label })
+            .inc();
         if let Err(e) = stored {
             // The lease runs out and the delivery is attempted again: at least once.
             tracing::warn!(error = %e, "delivery: cannot record the result");

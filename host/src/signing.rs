@@ -92,12 +92,24 @@ mod tests {
             ok("1700000000", &sig, br#"{"event_id":"e2"}"#, 1_700_000_010),
             Err(SignatureError::Mismatch)
         );
-        assert_eq!(ok("1700000001", &sig, body, 1_700_000_010), Err(SignatureError::Mismatch));
         assert_eq!(
-            verify(b"another-secret-16", Some("1700000000"), Some(&sig), body, 1_700_000_010),
+            ok("1700000001", &sig, body, 1_700_000_010),
             Err(SignatureError::Mismatch)
         );
-        assert_eq!(ok("1700000000", "sha256=zz", body, 1_700_000_010), Err(SignatureError::Mismatch));
+        assert_eq!(
+            verify(
+                b"another-secret-16",
+                Some("1700000000"),
+                Some(&sig),
+                body,
+                1_700_000_010
+            ),
+            Err(SignatureError::Mismatch)
+        );
+        assert_eq!(
+            ok("1700000000", "sha256=zz", body, 1_700_000_010),
+            Err(SignatureError::Mismatch)
+        );
     }
 
     #[test]
@@ -112,7 +124,10 @@ mod tests {
             verify(SECRET, Some("1000"), Some(&sig), body, 1_000 - MAX_AGE_SECS - 1),
             Err(SignatureError::Expired)
         );
-        assert_eq!(verify(SECRET, None, Some(&sig), body, 1_000), Err(SignatureError::Missing));
+        assert_eq!(
+            verify(SECRET, None, Some(&sig), body, 1_000),
+            Err(SignatureError::Missing)
+        );
         assert_eq!(
             verify(SECRET, Some("yesterday"), Some(&sig), body, 1_000),
             Err(SignatureError::BadTimestamp)

@@ -134,7 +134,10 @@ pub fn can_transition(from: ItemStatus, to: ItemStatus, actor: Actor) -> bool {
             // new events deferred again, and the new request supersedes the
             // outstanding one.
             (from != to || from == AwaitingProvider)
-                && matches!(from, PendingScan | Visible | HeldForReview | Rejected | AwaitingProvider)
+                && matches!(
+                    from,
+                    PendingScan | Visible | HeldForReview | Rejected | AwaitingProvider
+                )
                 && (to.is_settled() || to == AwaitingProvider)
         }
         Provider => from == AwaitingProvider && to.is_settled(),

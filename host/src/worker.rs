@@ -11,8 +11,8 @@ use crate::judge::{judge, snapshot_of, status_for};
 use crate::metrics::Metrics;
 use crate::rules::{Phase, Registry};
 use crate::status::{Actor, ItemStatus};
-use crate::verdict::Verdict;
 use crate::store::{CommitOutcome, EvaluationCommit, SharedStore, StoreError, now_ms};
+use crate::verdict::Verdict;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -411,7 +411,8 @@ impl Worker {
         // Deferring again while waiting is a new request that supersedes the
         // outstanding one (the item changed since: an evaluation follows events).
         let changes = item.status != target || target == ItemStatus::AwaitingProvider;
-        let to = (!manual && changes && crate::status::can_transition(item.status, target, Actor::Rules)).then_some(target);
+        let to =
+            (!manual && changes && crate::status::can_transition(item.status, target, Actor::Rules)).then_some(target);
         let handoff = judgement
             .provider
             .as_ref()
@@ -422,7 +423,10 @@ impl Worker {
                 deadline_at: now_ms() + p.deadline_ms,
             });
         let reason = match &unknown_provider {
-            Some(p) => format!("{}; provider {p:?} is not configured, so a human decides", judgement.reason()),
+            Some(p) => format!(
+                "{}; provider {p:?} is not configured, so a human decides",
+                judgement.reason()
+            ),
             None => judgement.reason(),
         };
         let commit = EvaluationCommit {

@@ -376,8 +376,11 @@ impl TestServer {
         // The suites send thousands of requests from one token in seconds.
         config.ingest.client_rate_per_second = 100_000;
         config.ingest.client_burst = 100_000;
-        tweak(&mut config);
+        // Bound first, so `config.listen` (and the callback URL built from
+        // it) is the real address.
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        config.listen = listener.local_addr().unwrap();
+        tweak(&mut config);
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let metrics = std::sync::Arc::new(gavel::metrics::Metrics::new());

@@ -9,10 +9,10 @@
 //! checked with SQL. The random schedule's seed is printed; set
 //! `GAVEL_FAULT_SEED` to replay it.
 
+use gavel_tests::Rng;
 use gavel_tests::servers::{GavelProcess, Redis, postgres, submit_until_acknowledged};
 use serde_json::json;
 use std::collections::HashSet;
-use gavel_tests::Rng;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -81,6 +81,9 @@ async fn fault_injection_suite() {
     let redis = Redis::start();
     let client = gavel::config::new_token();
     let moderator = gavel::config::new_token();
+    // Every transition is also delivered to a webhook that fails now and then.
+    let receiver = gavel_tests::receiver::Receiver::start("fault-webhook-secret-01", seed).await;
+    receiver.behaviour.fail_per_mille.store(100, Ordering::Relaxed);
     let config = format!(
         r#"database_url = "{db}"
 redis_url = "{redis}"
@@ -114,7 +117,17 @@ max_attempts = 20
 [evaluation.debounce]
 window_ms = 100
 max_wait_ms = 500
+[delivery]
+timeout_ms = 1000
+retry_base_ms = 50
+retry_max_ms = 500
+max_attempts = 1000
+poll_interval_ms = 20
+[webhooks.platform]
+url = "{hook}"
+secret = "fault-webhook-secret-01"
 "#,
+        hook = receiver.url,
         redis = redis.url(),
         data = dir.path().join("data").display(),
         plugins = plugins.display(),
@@ -306,11 +319,49 @@ max_wait_ms = 500
         "every item judged by the rules or a moderator",
         scalar("SELECT COUNT(*) FROM items i WHERE NOT EXISTS (SELECT 1 FROM transitions t WHERE t.item_id = i.id AND t.actor IN ('rules', 'moderator'))").await == 0,
     ));
+    checks.push((
+        "one outbox event per transition, none without one",
+        scalar(
+            "SELECT COUNT(*) FROM transitions t FULL JOIN outbox o ON o.item_id = t.item_id AND o.item_version = t.version \
+                WHERE t.id IS NULL OR o.seq IS NULL",
+        )
+        .await
+            == 0,
+    ));
+    // Deliveries: every event reaches the receiver (at least once), and per
+    // item, after dedup by event_id, never an older version after a newer one.
+    // (A worker paused past its lease mid-send may repeat an event late: the
+    // dedup rule receivers follow drops it.)
+    let events = scalar("SELECT COUNT(*) FROM outbox").await as usize;
+    let delivery_deadline = Instant::now() + Duration::from_secs(60);
+    let accepted = loop {
+        let accepted = receiver.accepted();
+        let distinct: HashSet<&str> = accepted.iter().map(|c| c.event_id.as_str()).collect();
+        if distinct.len() >= events || Instant::now() > delivery_deadline {
+            break accepted;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let distinct: HashSet<&str> = accepted.iter().map(|c| c.event_id.as_str()).collect();
+    checks.push(("every transition delivered to the webhook", distinct.len() == events));
+    let mut last_version: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
+    let mut first_seen = HashSet::new();
+    let in_order = accepted
+        .iter()
+        .filter(|c| first_seen.insert(c.event_id.as_str()))
+        .all(|c| {
+            let last = last_version.entry(c.item_id.as_str()).or_insert(0);
+            let ok = c.item_version >= *last;
+            *last = c.item_version;
+            ok
+        });
+    checks.push(("webhook deliveries in version order per item", in_order));
     checks.push(("the paused worker's late work was refused", paused_refusals > 0));
     let violations: Vec<&str> = checks.iter().filter(|(_, ok)| !ok).map(|(name, _)| *name).collect();
     eprintln!(
         "fault suite summary (seed {seed}): {} operations ({} retried, {} answered 503), {} items, {} moderator decisions, \
-         {} faults [{}], settled {:?} after the faults stopped, {} invariant checks, violations = {}",
+         {} faults [{}], settled {:?} after the faults stopped, {} webhook events ({} accepted deliveries), \
+         {} invariant checks, violations = {}",
         tally.operations.load(Ordering::Relaxed),
         tally.retries.load(Ordering::Relaxed),
         tally.unavailable.load(Ordering::Relaxed),
@@ -319,6 +370,8 @@ max_wait_ms = 500
         faults.len(),
         faults.join(", "),
         settled_in,
+        events,
+        accepted.len(),
         checks.len(),
         violations.len()
     );

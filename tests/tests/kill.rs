@@ -76,3 +76,95 @@ max_wait_ms = 60000
     }
     assert!(gavel.log().contains("gavel is serving"));
 }
+
+/// Transitions committed but not yet delivered when gavel is SIGKILLed
+/// (the receiver was refusing them) are delivered after the restart: the
+/// outbox is in the store, not in memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn transitions_committed_before_a_kill_are_delivered_after_restart() {
+    let receiver = gavel_tests::receiver::Receiver::start("kill-webhook-secret-0123", 11).await;
+    receiver
+        .behaviour
+        .status
+        .store(503, std::sync::atomic::Ordering::Relaxed);
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::copy(gavel_tests::guests::FLAG_RATIO, plugins.join("flag-ratio.wasm")).unwrap();
+    let client = gavel::config::new_token();
+    let config = format!(
+        r#"data_dir = "{data}"
+plugin_dir = "{plugins}"
+[[tokens]]
+name = "web"
+token = "{client}"
+role = "client"
+[ingest]
+author_rate_per_second = 1000
+author_burst = 1000
+[evaluation.debounce]
+window_ms = 50
+max_wait_ms = 200
+[delivery]
+retry_base_ms = 50
+retry_max_ms = 200
+max_attempts = 1000
+poll_interval_ms = 20
+[webhooks.platform]
+url = "{url}"
+secret = "kill-webhook-secret-0123"
+"#,
+        data = dir.path().join("data").display(),
+        plugins = plugins.display(),
+        url = receiver.url,
+    );
+    let mut gavel = GavelProcess::start(dir.path(), "gavel", &config);
+    let http = reqwest::Client::new();
+    let mut ids = Vec::new();
+    for i in 0..30u64 {
+        ids.push(submit_until_acknowledged(&http, &gavel.url(), &client, i).await.id);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for id in &ids {
+        loop {
+            let item: serde_json::Value = http
+                .get(format!("{}/v1/items/{id}", gavel.url()))
+                .bearer_auth(&client)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if item["needs_eval_since"].is_null() && item["status"] != "pending_scan" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "item never judged: {item}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    // Every delivery so far was refused; the receiver keeps trying to get them.
+    assert!(receiver.requests() > 0, "deliveries were attempted before the kill");
+    assert!(receiver.accepted().is_empty());
+    gavel.kill();
+    receiver.behaviour.status.store(0, std::sync::atomic::Ordering::Relaxed);
+    gavel.restart();
+    let expected: std::collections::BTreeSet<String> = ids
+        .iter()
+        .flat_map(|id| [format!("{id}:1"), format!("{id}:2")])
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let got: std::collections::BTreeSet<String> = receiver.accepted().into_iter().map(|c| c.event_id).collect();
+        if got == expected {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} events delivered after the restart",
+            got.intersection(&expected).count(),
+            expected.len()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

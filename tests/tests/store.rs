@@ -132,7 +132,10 @@ async fn deliveries_are_claimed_in_version_order(store: SharedStore) {
     let mut from = ItemStatus::PendingScan;
     for (i, to) in statuses.into_iter().enumerate() {
         let req = request("item-d", i as i64 + 1, from, to, Actor::Moderator);
-        assert!(matches!(store.transition(&req).await.unwrap(), Transition::Applied { .. }));
+        assert!(matches!(
+            store.transition(&req).await.unwrap(),
+            Transition::Applied { .. }
+        ));
         from = to;
     }
     let endpoints = [
@@ -169,9 +172,17 @@ async fn deliveries_are_claimed_in_version_order(store: SharedStore) {
     assert_eq!(first, vec![("all".to_string(), 1), ("rejections".to_string(), 4)]);
     assert!(claim(now).await.is_empty(), "claimed deliveries are leased");
     let all = store.deliveries(true, 100).await.unwrap();
-    let id_of = |v: i64| all.iter().find(|d| d.endpoint == "all" && d.item_version == v).unwrap().id;
+    let id_of = |v: i64| {
+        all.iter()
+            .find(|d| d.endpoint == "all" && d.item_version == v)
+            .unwrap()
+            .id
+    };
     // Version 1 fails and is retried later: version 2 must still wait.
-    store.delivery_failed(id_of(1), "HTTP 500", Some(now + 10)).await.unwrap();
+    store
+        .delivery_failed(id_of(1), "HTTP 500", Some(now + 10))
+        .await
+        .unwrap();
     assert_eq!(claim(now + 5).await, Vec::<(String, i64)>::new());
     assert_eq!(claim(now + 20).await, vec![("all".to_string(), 1)]);
     store.delivery_succeeded(id_of(1), now + 21).await.unwrap();
@@ -181,9 +192,15 @@ async fn deliveries_are_claimed_in_version_order(store: SharedStore) {
     assert_eq!(claim(now + 23).await, vec![("all".to_string(), 3)]);
     let dead = store.deliveries(false, 100).await.unwrap();
     assert_eq!(dead.len(), 1);
-    assert_eq!((dead[0].item_version, dead[0].last_error.as_deref()), (2, Some("HTTP 410")));
+    assert_eq!(
+        (dead[0].item_version, dead[0].last_error.as_deref()),
+        (2, Some("HTTP 410"))
+    );
     assert!(store.replay_delivery(dead[0].id, now + 24).await.unwrap());
-    assert!(!store.replay_delivery(dead[0].id, now + 24).await.unwrap(), "only a dead one");
+    assert!(
+        !store.replay_delivery(dead[0].id, now + 24).await.unwrap(),
+        "only a dead one"
+    );
 }
 
 /// The changes feed's events of item `id`, once it shows at least `n` (on

@@ -202,6 +202,25 @@ async fn a_lost_lease_never_applies_twice(backend: Backend) {
     let slow_decisions = async_decisions_of(&item, "misbehave");
     assert_eq!(slow_decisions.len(), 1, "the refused commit wrote nothing");
     assert_one_chain(&item);
+    // Exactly one outbox event for the winning transition (and one for the
+    // creation): the refused commit has none, so nothing is notified twice.
+    let store = a.open_store().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let events = loop {
+        let events: Vec<(String, i64)> = store
+            .changes(None, gavel::store::ChangeCursor::default(), 10_000)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|c| c.item_id == id)
+            .map(|c| (c.event_id, c.item_version))
+            .collect();
+        if events.len() >= 2 || Instant::now() > deadline {
+            break events;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(events, vec![(format!("{id}:1"), 1), (format!("{id}:2"), 2)]);
     if let Some(b) = b {
         b.stop().await.unwrap();
     }

@@ -10,8 +10,8 @@ mod providers;
 mod system;
 
 pub use auth::{Caller, Tokens};
-pub use error::{ApiError, ErrorBody};
 pub use delivery::ChangesPage;
+pub use error::{ApiError, ErrorBody};
 pub use items::{EventRequest, EventResponse, ItemView, SubmitRequest, SubmitResponse};
 pub use providers::CallbackResponse;
 

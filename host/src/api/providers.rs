@@ -82,9 +82,16 @@ pub async fn callback(
         .ok()
         .filter(|v| *v != Verdict::Defer)
         .ok_or_else(|| ApiError::bad_request("invalid_body", "`verdict` must be allow, flag, hold or reject"))?;
-    for (field, value) in [("event_id", &cb.event_id), ("request_key", &cb.request_key), ("item_id", &cb.item_id)] {
+    for (field, value) in [
+        ("event_id", &cb.event_id),
+        ("request_key", &cb.request_key),
+        ("item_id", &cb.item_id),
+    ] {
         if value.is_empty() || value.len() > 512 {
-            return Err(ApiError::bad_request("invalid_body", format!("`{field}` must be 1-512 bytes")));
+            return Err(ApiError::bad_request(
+                "invalid_body",
+                format!("`{field}` must be 1-512 bytes"),
+            ));
         }
     }
     if cb.reason.len() > 1024 || !cb.score.is_finite() {
@@ -134,6 +141,16 @@ pub async fn callback(
         CallbackOutcome::Applied { version, attempt } => {
             tracing::info!(version, attempt, %verdict, "provider callback applied");
             response(StatusCode::OK, "applied", Some(version), None)
+        }
+        // A repeat gets the answer its first delivery got, without effect.
+        CallbackOutcome::Duplicate { first } if first == "stale" => {
+            tracing::info!("provider callback repeats a stale one; no effect");
+            response(
+                StatusCode::ACCEPTED,
+                "stale",
+                None,
+                Some("a repeat of a stale callback".into()),
+            )
         }
         CallbackOutcome::Duplicate { first } => {
             tracing::info!(%first, "provider callback is a duplicate; no effect");

@@ -25,11 +25,14 @@ pub struct FakeOptions {
     pub copies: u32,
     /// Never answer (requests are still recorded).
     pub silent: bool,
+    /// Answer the first this many sends of each request with 503 (gavel retries with the same key).
+    pub fail_first: u32,
 }
 
 struct Shared {
     options: FakeOptions,
     received: Mutex<Vec<ProviderRequest>>,
+    sends: Mutex<std::collections::HashMap<String, u32>>,
     http: reqwest::Client,
 }
 
@@ -48,6 +51,7 @@ impl FakeProvider {
         let shared = Arc::new(Shared {
             options,
             received: Mutex::new(Vec::new()),
+            sends: Mutex::new(std::collections::HashMap::new()),
             http: reqwest::Client::new(),
         });
         let app = axum::Router::new()
@@ -91,9 +95,22 @@ async fn classify(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
     let Ok(request) = serde_json::from_slice::<ProviderRequest>(&body) else {
         return StatusCode::BAD_REQUEST;
     };
+    if header("idempotency-key") != Some(request.request_key.as_str()) {
+        return StatusCode::BAD_REQUEST;
+    }
     tracing::info!(item = %request.item_id, request_key = %request.request_key, attempt = request.attempt, "fake provider: request");
     shared.received.lock().expect("not poisoned").push(request.clone());
-    if !shared.options.silent {
+    let sends = {
+        let mut sends = shared.sends.lock().expect("not poisoned");
+        let n = sends.entry(request.request_key.clone()).or_insert(0);
+        *n += 1;
+        *n
+    };
+    if sends <= shared.options.fail_first {
+        return StatusCode::SERVICE_UNAVAILABLE;
+    }
+    // A retry of a request already accepted is answered once only.
+    if !shared.options.silent && sends == shared.options.fail_first + 1 {
         let shared = shared.clone();
         tokio::spawn(async move {
             tokio::time::sleep(shared.options.delay).await;
@@ -108,7 +125,13 @@ async fn classify(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
                 reason: shared.options.reason.clone(),
             };
             for _ in 0..shared.options.copies.max(1) {
-                match send_callback(&shared.http, &request.callback_url, shared.options.secret.as_bytes(), &answer).await
+                match send_callback(
+                    &shared.http,
+                    &request.callback_url,
+                    shared.options.secret.as_bytes(),
+                    &answer,
+                )
+                .await
                 {
                     Ok(status) => tracing::info!(event_id = %answer.event_id, %status, "fake provider: callback sent"),
                     Err(e) => tracing::warn!(error = %e, "fake provider: callback failed"),

@@ -106,7 +106,11 @@ impl Requester {
         while !cancel.is_cancelled() {
             let now = now_ms();
             let expired = self.expire(now).await;
-            let claimed = match self.store.claim_provider_requests(now, now + longest * 2 + 5_000, SEND_BATCH).await {
+            let claimed = match self
+                .store
+                .claim_provider_requests(now, now + longest * 2 + 5_000, SEND_BATCH)
+                .await
+            {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::warn!(error = %e, "provider: cannot claim requests");
@@ -164,7 +168,10 @@ impl Requester {
             let retry_at = now_ms() + 60_000;
             let error = format!("provider {:?} is not configured in this process", r.provider);
             tracing::warn!(%error, "provider request not sent");
-            let _ = self.store.provider_request_failed(&r.key, &error, retry_at, now_ms()).await;
+            let _ = self
+                .store
+                .provider_request_failed(&r.key, &error, retry_at, now_ms())
+                .await;
             return;
         };
         let body = ProviderRequest {

@@ -434,12 +434,16 @@ impl Registry {
         std::thread::Builder::new()
             .name("gavel-compile".into())
             .spawn(move || {
-                let _ = tx.send(engine.load_bytes(&path_buf, &bytes));
+                let started = std::time::Instant::now();
+                let result = engine.load_bytes(&path_buf, &bytes);
+                let _ = tx.send((result, started.elapsed()));
             })
             .map_err(|e| format!("cannot start a compile thread: {e}"))?;
+        // The compile thread's own measure decides, so a waiting thread that
+        // was descheduled does not let a slow compilation through.
         match rx.recv_timeout(timeout) {
-            Ok(result) => result.map_err(|e| e.to_string()),
-            Err(_) => Err(format!(
+            Ok((result, took)) if took <= timeout => result.map_err(|e| e.to_string()),
+            _ => Err(format!(
                 "{}: compilation took longer than {} ms; not loaded",
                 path.display(),
                 timeout.as_millis()

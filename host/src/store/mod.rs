@@ -775,12 +775,8 @@ pub trait ItemStore: Send + Sync + 'static {
     /// that dies mid-send leaves them to be retried then). A delivery is
     /// due only when no earlier version of its item is still pending for
     /// the same endpoint.
-    async fn claim_deliveries(
-        &self,
-        now: Millis,
-        lease_until: Millis,
-        limit: i64,
-    ) -> StoreResult<Vec<ClaimedDelivery>>;
+    async fn claim_deliveries(&self, now: Millis, lease_until: Millis, limit: i64)
+    -> StoreResult<Vec<ClaimedDelivery>>;
 
     /// Marks a delivery delivered.
     async fn delivery_succeeded(&self, id: i64, now: Millis) -> StoreResult<()>;

@@ -38,7 +38,7 @@ super::sql::impl_store!(
     sqlx::postgres::PgRow,
     "postgres",
     lock = " FOR UPDATE SKIP LOCKED",
+    row_lock = " FOR UPDATE",
     horizon = " AND txid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint",
-    |s| s
-    .write
-    .begin());
+    |s| s.write.begin()
+);

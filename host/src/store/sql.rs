@@ -207,9 +207,6 @@ pub(super) const INSERT_CALLBACK: &str = "INSERT INTO provider_callbacks (provid
 pub(super) const CALLBACK_SEEN: &str =
     "SELECT outcome, detail FROM provider_callbacks WHERE provider = $1 AND event_id = $2";
 
-pub(super) const CALLBACK_REQUEST: &str = "SELECT status, item_version, attempts FROM provider_requests \
-     WHERE key = $1 AND provider = $2 AND item_id = $3";
-
 /// A provider's answer: only while the item still waits at the version the
 /// request was made for (anything since bumped the version).
 pub(super) const PROVIDER_TRANSITION: &str = "UPDATE items SET status = $1, version = version + 1, \
@@ -235,16 +232,24 @@ pub(super) const PROVIDER_CALLBACKS_OF: &str = "SELECT id, provider, event_id, r
 /// Instantiates `ItemStore` for one backend. `$store` has fields `write`
 /// and `read` (pools); `$begin` opens a write transaction.
 /// `lock` is appended to the SELECTs that claim work (`FOR UPDATE SKIP
-/// LOCKED` on PostgreSQL, nothing on SQLite's single writer); `horizon` is
+/// LOCKED` on PostgreSQL, nothing on SQLite's single writer), `row_lock` to
+/// those that must wait for a row (`FOR UPDATE`); `horizon` is
 /// the changes feed's extra condition (see the outbox migration).
 macro_rules! impl_store {
-    ($store:ty, $db:ty, $row:ty, $backend:literal, lock = $lock:literal, horizon = $horizon:literal,
-     |$s:ident| $begin:expr) => {
+    ($store:ty, $db:ty, $row:ty, $backend:literal, lock = $lock:literal, row_lock = $row_lock:literal,
+     horizon = $horizon:literal, |$s:ident| $begin:expr) => {
         use sqlx::Row as _;
         use $crate::store::rows;
         use $crate::store::sql::*;
         use $crate::store::*;
 
+        /// The request a callback names, locked: concurrent callbacks of one
+        /// request are decided one after the other.
+        const CALLBACK_REQUEST: &str = concat!(
+            "SELECT status, item_version, attempts FROM provider_requests ",
+            "WHERE key = $1 AND provider = $2 AND item_id = $3",
+            $row_lock
+        );
         const FAN_OUT: &str = concat!(
             "SELECT seq, event_id, to_status, kind FROM outbox WHERE NOT fanned_out ORDER BY seq LIMIT $1",
             $lock
@@ -471,7 +476,9 @@ macro_rules! impl_store {
                 .await?
                 .rows_affected();
             if outboxed != 1 {
-                return Err(StoreError::Database(format!("no item {item_id} to write the outbox row of")));
+                return Err(StoreError::Database(format!(
+                    "no item {item_id} to write the outbox row of"
+                )));
             }
             Ok(())
         }
@@ -944,7 +951,10 @@ macro_rules! impl_store {
                                     c.now,
                                 )
                                 .await?;
-                                let handoff = c.handoff.as_ref().filter(|_| to == crate::status::ItemStatus::AwaitingProvider);
+                                let handoff = c
+                                    .handoff
+                                    .as_ref()
+                                    .filter(|_| to == crate::status::ItemStatus::AwaitingProvider);
                                 settle_provider_requests(&mut tx, &c.item_id, c.from, version, handoff, c.now).await?;
                                 CommitOutcome::Transitioned { version }
                             }
@@ -1226,10 +1236,12 @@ macro_rules! impl_store {
                     .await?;
                 let mut out = Vec::with_capacity(claimed.len());
                 for (id, event_id, endpoint, attempts) in claimed {
-                    let row = sqlx::query(&format!("SELECT {CHANGE_COLUMNS} FROM outbox WHERE event_id = $1"))
-                        .bind(&event_id)
-                        .fetch_one(&mut *tx)
-                        .await?;
+                    let row = sqlx::query(&format!(
+                        "SELECT {CHANGE_COLUMNS} FROM outbox WHERE event_id = $1"
+                    ))
+                    .bind(&event_id)
+                    .fetch_one(&mut *tx)
+                    .await?;
                     out.push(ClaimedDelivery {
                         id,
                         endpoint,
@@ -1244,7 +1256,11 @@ macro_rules! impl_store {
             async fn delivery_succeeded(&self, id: i64, now: Millis) -> StoreResult<()> {
                 let $s = self;
                 let mut tx = $begin.await?;
-                sqlx::query(DELIVERY_SUCCEEDED).bind(id).bind(now).execute(&mut *tx).await?;
+                sqlx::query(DELIVERY_SUCCEEDED)
+                    .bind(id)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
                 tx.commit().await?;
                 Ok(())
             }
@@ -1290,14 +1306,22 @@ macro_rules! impl_store {
 
             async fn changes(&self, client: Option<&str>, after: ChangeCursor, limit: i64) -> StoreResult<Vec<Change>> {
                 let query = match client {
-                    None => sqlx::query(CHANGES_ALL).bind(after.txid).bind(after.seq).bind(limit),
+                    None => sqlx::query(CHANGES_ALL)
+                        .bind(after.txid)
+                        .bind(after.seq)
+                        .bind(limit),
                     Some(c) => sqlx::query(CHANGES_CLIENT)
                         .bind(after.txid)
                         .bind(after.seq)
                         .bind(limit)
                         .bind(c),
                 };
-                query.fetch_all(&self.read).await?.iter().map(change_from_row).collect()
+                query
+                    .fetch_all(&self.read)
+                    .await?
+                    .iter()
+                    .map(change_from_row)
+                    .collect()
             }
 
             async fn claim_provider_requests(
@@ -1339,7 +1363,11 @@ macro_rules! impl_store {
             async fn provider_request_sent(&self, key: &str, now: Millis) -> StoreResult<()> {
                 let $s = self;
                 let mut tx = $begin.await?;
-                sqlx::query(REQUEST_SENT).bind(key).bind(now).execute(&mut *tx).await?;
+                sqlx::query(REQUEST_SENT)
+                    .bind(key)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await?;
                 tx.commit().await?;
                 Ok(())
             }
@@ -1456,8 +1484,13 @@ macro_rules! impl_store {
                                     error: None,
                                     decided_at: cb.now,
                                 };
-                                insert_decisions(&mut tx, &cb.item_id, item_version, std::slice::from_ref(&decision))
-                                    .await?;
+                                insert_decisions(
+                                    &mut tx,
+                                    &cb.item_id,
+                                    item_version,
+                                    std::slice::from_ref(&decision),
+                                )
+                                .await?;
                                 sqlx::query(REQUEST_ANSWERED)
                                     .bind(&cb.request_key)
                                     .bind(cb.now)
@@ -1472,16 +1505,22 @@ macro_rules! impl_store {
                                 }
                             }
                             None => {
-                                let detail = "the item moved on since the request (a moderator or a newer evaluation decided)";
+                                let detail =
+                                    "the item moved on since the request (a moderator or a newer evaluation decided)";
                                 record("stale", detail.into()).execute(&mut *tx).await?;
-                                CallbackOutcome::Stale { detail: detail.into() }
+                                CallbackOutcome::Stale {
+                                    detail: detail.into(),
+                                }
                             }
                         }
                     }
                     "answered" => {
-                        record("duplicate", "the request was already answered by another event".into())
-                            .execute(&mut *tx)
-                            .await?;
+                        record(
+                            "duplicate",
+                            "the request was already answered by another event".into(),
+                        )
+                        .execute(&mut *tx)
+                        .await?;
                         CallbackOutcome::Duplicate {
                             first: "answered".into(),
                         }
@@ -1541,7 +1580,11 @@ macro_rules! impl_store {
                         )
                         .await?;
                     }
-                    out.push(ExpiredRequest { key, item_id, version });
+                    out.push(ExpiredRequest {
+                        key,
+                        item_id,
+                        version,
+                    });
                 }
                 tx.commit().await?;
                 Ok(out)

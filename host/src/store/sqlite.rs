@@ -48,6 +48,13 @@ impl SqliteStore {
     }
 }
 
-super::sql::impl_store!(SqliteStore, Sqlite, sqlx::sqlite::SqliteRow, "sqlite", lock = "", horizon = "", |s| s
-    .write
-    .begin_with("BEGIN IMMEDIATE"));
+super::sql::impl_store!(
+    SqliteStore,
+    Sqlite,
+    sqlx::sqlite::SqliteRow,
+    "sqlite",
+    lock = "",
+    row_lock = "",
+    horizon = "",
+    |s| s.write.begin_with("BEGIN IMMEDIATE")
+);

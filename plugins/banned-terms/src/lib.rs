@@ -57,11 +57,9 @@ impl Rule for BannedTerms {
         if hits.is_empty() {
             return Ok(Decision::allow());
         }
-        Ok(
-            Decision::new(verdict, format!("banned terms: {}", hits.join(", ")))
-                .label("banned-term")
-                .score(1.0),
-        )
+        Ok(Decision::new(verdict, format!("banned terms: {}", hits.join(", ")))
+            .label("banned-term")
+            .score(1.0))
     }
 }
 

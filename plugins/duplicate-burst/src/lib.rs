@@ -36,11 +36,9 @@ impl Rule for DuplicateBurst {
             );
         }
         if copies >= hold_at {
-            return Ok(
-                Decision::hold(format!("posted {copies} times in the duplicate window"))
-                    .label("duplicate-burst")
-                    .score(score),
-            );
+            return Ok(Decision::hold(format!("posted {copies} times in the duplicate window"))
+                .label("duplicate-burst")
+                .score(score));
         }
         Ok(Decision::allow())
     }
@@ -64,10 +62,6 @@ mod tests {
             .config("hold_at", "5")
             .config("reject_at", "2")
             .build();
-        assert!(
-            DuplicateBurst::evaluate(&s)
-                .unwrap_err()
-                .contains("hold_at")
-        );
+        assert!(DuplicateBurst::evaluate(&s).unwrap_err().contains("hold_at"));
     }
 }

@@ -29,19 +29,12 @@ impl Rule for FlagRatio {
             return Ok(Decision::allow());
         }
         let ratio = flags as f64 / (flags + endorsements) as f64;
-        let reason = format!(
-            "{flags} flags against {endorsements} upvotes ({:.0}%)",
-            ratio * 100.0
-        );
+        let reason = format!("{flags} flags against {endorsements} upvotes ({:.0}%)", ratio * 100.0);
         if ratio >= hold_ratio {
-            return Ok(Decision::hold(reason)
-                .label("community-flags")
-                .score(ratio as f32));
+            return Ok(Decision::hold(reason).label("community-flags").score(ratio as f32));
         }
         if ratio >= flag_ratio {
-            return Ok(Decision::flag(reason)
-                .label("community-flags")
-                .score(ratio as f32));
+            return Ok(Decision::flag(reason).label("community-flags").score(ratio as f32));
         }
         Ok(Decision::allow())
     }
@@ -62,10 +55,7 @@ mod tests {
 
     #[test]
     fn reports_count_as_flags() {
-        let s = SnapshotBuilder::new()
-            .counter("flag", 3)
-            .counter("report", 3)
-            .build();
+        let s = SnapshotBuilder::new().counter("flag", 3).counter("report", 3).build();
         assert_eq!(FlagRatio::evaluate(&s).unwrap().verdict, Verdict::Hold);
     }
 }

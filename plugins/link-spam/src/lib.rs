@@ -30,10 +30,7 @@ fn link_hosts(text: &str) -> Vec<String> {
                 .or_else(|| lower.strip_prefix("http://"))
                 .or_else(|| lower.starts_with("www.").then_some(lower.as_str()))?;
             let host = rest.split(['/', '?', '#', ':']).next().unwrap_or("");
-            let host = host
-                .strip_prefix("www.")
-                .unwrap_or(host)
-                .trim_end_matches('.');
+            let host = host.strip_prefix("www.").unwrap_or(host).trim_end_matches('.');
             (!host.is_empty()).then(|| host.to_string())
         })
         .collect()
@@ -56,26 +53,20 @@ impl Rule for LinkSpam {
         let hosts = link_hosts(&snapshot.item.text);
         let shortened = hosts
             .iter()
-            .filter(|h| {
-                shorteners
-                    .iter()
-                    .any(|s| *h == s || h.ends_with(&format!(".{s}")))
-            })
+            .filter(|h| shorteners.iter().any(|s| *h == s || h.ends_with(&format!(".{s}"))))
             .count();
         let new_author = snapshot.author.recent_items < new_author_items;
 
         if hosts.len() > max_links && shortened > 0 {
-            return Ok(Decision::reject(format!(
-                "{} links, {shortened} through URL shorteners",
-                hosts.len()
-            ))
-            .label("link-spam")
-            .label("shortener")
-            .score(0.95));
+            return Ok(
+                Decision::reject(format!("{} links, {shortened} through URL shorteners", hosts.len()))
+                    .label("link-spam")
+                    .label("shortener")
+                    .score(0.95),
+            );
         }
         if hosts.len() > max_links {
-            let decision = Decision::hold(format!("{} links (more than {max_links})", hosts.len()))
-                .label("link-spam");
+            let decision = Decision::hold(format!("{} links (more than {max_links})", hosts.len())).label("link-spam");
             return Ok(decision.score(if new_author { 0.9 } else { 0.7 }));
         }
         if shortened > 0 && new_author {
@@ -125,10 +116,7 @@ mod tests {
 
     #[test]
     fn bad_config_is_an_error_not_a_silent_default() {
-        let s = SnapshotBuilder::new()
-            .text("x")
-            .config("max_links", "three")
-            .build();
+        let s = SnapshotBuilder::new().text("x").config("max_links", "three").build();
         assert!(LinkSpam::evaluate(&s).unwrap_err().contains("max_links"));
     }
 }
