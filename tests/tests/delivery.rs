@@ -331,25 +331,45 @@ async fn changes_feed_pages_without_gaps_while_committing(backend: Backend) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    // Let evaluations still in flight commit, then read the rest.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
-    loop {
+    // Let evaluations still in flight commit: the store's events stop changing.
+    let store = s.open_store().await;
+    let event_ids = || async {
+        store
+            .changes(None, ChangeCursor::default(), 1_000_000)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|c| c.event_id)
+            .collect::<HashSet<String>>()
+    };
+    let everything = loop {
+        let before = event_ids().await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let after = event_ids().await;
+        if before == after {
+            break after;
+        }
+    };
+    // The reader catches up from its cursor. (An empty page means "nothing
+    // visible yet", not "done": on PostgreSQL the feed waits for older
+    // transactions anywhere in the cluster.)
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !everything.iter().all(|id| seen.iter().any(|c| &c.event_id == id)) {
+        assert!(Instant::now() < deadline, "the feed never caught up");
         let page: Value = s
             .get_json(&format!("/v1/changes?after={cursor}&limit=7"), &s.moderator)
             .await;
         let changes: Vec<Change> = serde_json::from_value(page["changes"].clone()).unwrap();
         cursor = page["next_cursor"].as_str().unwrap().to_string();
         if changes.is_empty() {
-            break;
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         seen.extend(changes);
     }
-    let store = s.open_store().await;
-    let everything = store.changes(None, ChangeCursor::default(), 1_000_000).await.unwrap();
     let ids: Vec<&str> = seen.iter().map(|c| c.event_id.as_str()).collect();
     let distinct: HashSet<&str> = ids.iter().copied().collect();
     assert_eq!(distinct.len(), ids.len(), "no event twice across pages");
-    let all: HashSet<&str> = everything.iter().map(|c| c.event_id.as_str()).collect();
+    let all: HashSet<&str> = everything.iter().map(String::as_str).collect();
     assert_eq!(distinct, all, "every committed transition, none missing");
     let mut versions: BTreeMap<&str, Vec<i64>> = BTreeMap::new();
     for c in &seen {
