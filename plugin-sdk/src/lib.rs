@@ -99,6 +99,10 @@ pub trait Rule {
 #[macro_export]
 macro_rules! export_rule {
     ($rule:ty) => {
+        // Exported from the component only: a native build (unit tests, the
+        // benchmarks' native baseline) calls `Rule` directly, and several
+        // rules can then link into one binary.
+        #[cfg(target_arch = "wasm32")]
         const _: () = {
             struct GavelRuleExport;
 

@@ -245,6 +245,51 @@ impl RuleEngine {
     }
 }
 
+/// One instance kept across evaluations. Faster than a fresh instance per
+/// evaluation, but whatever one call leaves in the guest's memory is visible
+/// to the next: the server never uses it (isolation first); benchmarks use
+/// it to measure what isolation costs.
+pub struct ReusedInstance {
+    store: Store<Sandbox>,
+    rule: bindings::Rule,
+    ticks: u64,
+}
+
+impl RuleEngine {
+    /// Instantiates `plugin` once, for [`ReusedInstance::evaluate`].
+    pub fn reused_instance(&self, plugin: &LoadedPlugin) -> anyhow::Result<ReusedInstance> {
+        let deadline = self.limits.async_deadline;
+        let mut store = self.new_store(&plugin.stamp.name, self.limits.memory_bytes, deadline);
+        let rule = plugin
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| anyhow::anyhow!("instantiating {}: {e:#}", plugin.stamp.name))?;
+        Ok(ReusedInstance {
+            store,
+            rule,
+            ticks: self.limits.ticks(deadline),
+        })
+    }
+}
+
+impl ReusedInstance {
+    /// Calls the rule again on this instance, under the async deadline.
+    pub fn evaluate(&mut self, snapshot: &Snapshot) -> anyhow::Result<Result<Verdict, String>> {
+        self.store.set_epoch_deadline(self.ticks);
+        let raw = self
+            .rule
+            .call_evaluate(&mut self.store, snapshot)
+            .map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        Ok(raw.map(|d| match d.verdict {
+            bindings::Verdict::Allow => Verdict::Allow,
+            bindings::Verdict::Flag => Verdict::Flag,
+            bindings::Verdict::Defer => Verdict::Defer,
+            bindings::Verdict::Hold => Verdict::Hold,
+            bindings::Verdict::Reject => Verdict::Reject,
+        }))
+    }
+}
+
 impl Drop for RuleEngine {
     fn drop(&mut self) {
         self.ticker.stop();

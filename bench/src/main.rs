@@ -1,0 +1,108 @@
+//! `gavel-bench`: runs B3–B8 (BENCHMARKS.md), reads B1/B2 from criterion's
+//! results, prints one table and writes `bench-results.json`. Run it with
+//! `cargo xtask bench` (which builds everything in release mode and runs
+//! the criterion benchmarks first).
+
+mod baseline;
+mod micro;
+mod report;
+mod system;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(about = "gavel's benchmark harness")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Runs every figure and reports.
+    Run {
+        /// Small counts: proves the harness runs; the figures mean nothing.
+        #[arg(long)]
+        quick: bool,
+        /// The `gavel` binary to measure.
+        #[arg(long, default_value = "target/release/gavel")]
+        gavel: PathBuf,
+        /// Where criterion wrote B1/B2.
+        #[arg(long, default_value = "target/criterion")]
+        criterion: PathBuf,
+        #[arg(long, default_value = "bench-results.json")]
+        out: PathBuf,
+        /// Only these figures, e.g. `--only B3,B7`.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+    },
+    /// The bare-axum baseline of B3 (started by `run`).
+    #[command(hide = true)]
+    BaselineServer {
+        #[arg(long)]
+        db: PathBuf,
+        #[arg(long)]
+        port: u16,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    match cli.command {
+        Cmd::BaselineServer { db, port } => runtime.block_on(baseline::serve(&db, port)),
+        Cmd::Run {
+            quick,
+            gavel,
+            criterion,
+            out,
+            only,
+        } => runtime.block_on(async move {
+            anyhow::ensure!(
+                gavel.is_file(),
+                "{} not found: build it (cargo build --release -p gavel)",
+                gavel.display()
+            );
+            let wants = |id: &str| only.is_empty() || only.iter().any(|o| o.eq_ignore_ascii_case(id));
+            let sizes = system::Sizes::new(quick);
+            let machine = report::Machine::describe(quick);
+            let mut figures = Vec::new();
+            if wants("B1") || wants("B2") {
+                figures.extend(micro::figures(&criterion)?);
+            }
+            if wants("B3") {
+                eprintln!("B3: POST /v1/items against the bare baseline (wrk)…");
+                figures.extend(system::b3(&gavel, sizes).await?);
+            }
+            if wants("B4") {
+                eprintln!("B4: submitted → settled, embedded and PostgreSQL + Redis…");
+                figures.extend(system::b4(&gavel, sizes).await?);
+            }
+            if wants("B5") {
+                eprintln!("B5: a 1,000-event burst…");
+                figures.extend(system::b5(&gavel).await?);
+            }
+            if wants("B6") {
+                eprintln!("B6: coordinator upserts…");
+                figures.extend(system::b6(sizes).await?);
+            }
+            if wants("B7") {
+                eprintln!("B7: hot-reload latency…");
+                figures.extend(system::b7(&gavel, sizes).await?);
+            }
+            if wants("B8") {
+                eprintln!("B8: memory…");
+                figures.extend(system::b8(&gavel).await?);
+            }
+            report::print_table(&machine, &figures);
+            let json = serde_json::to_string_pretty(&report::Results {
+                machine: &machine,
+                figures: &figures,
+            })?;
+            std::fs::write(&out, json + "\n")?;
+            eprintln!("\nwrote {}", out.display());
+            Ok(())
+        }),
+    }
+}

@@ -1,0 +1,70 @@
+//! B1 and B2 from criterion's results (`cargo bench -p gavel-bench --bench
+//! rules` writes them under `target/criterion`).
+
+use crate::report::Figure;
+use std::path::Path;
+
+/// Per-iteration times (µs) of one criterion benchmark: (median, min, max).
+fn times(dir: &Path, group: &str, function: &str) -> anyhow::Result<(f64, f64, f64)> {
+    let path = dir
+        .join(group.replace('/', "_"))
+        .join(function)
+        .join("new")
+        .join("sample.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: {e} (run `cargo bench -p gavel-bench --bench rules` first)",
+            path.display()
+        )
+    })?;
+    let sample: serde_json::Value = serde_json::from_str(&text)?;
+    let iters = sample["iters"].as_array().cloned().unwrap_or_default();
+    let totals = sample["times"].as_array().cloned().unwrap_or_default();
+    let mut per: Vec<f64> = iters
+        .iter()
+        .zip(&totals)
+        .filter_map(|(i, t)| Some(t.as_f64()? / i.as_f64()? / 1_000.0))
+        .collect();
+    anyhow::ensure!(!per.is_empty(), "{}: no samples", path.display());
+    per.sort_by(f64::total_cmp);
+    Ok((per[per.len() / 2], per[0], per[per.len() - 1]))
+}
+
+pub fn figures(criterion: &Path) -> anyhow::Result<Vec<Figure>> {
+    let mut out = Vec::new();
+    for plugin in ["link-spam", "duplicate-burst", "flag-ratio", "banned-terms"] {
+        let group = format!("b1/{plugin}");
+        let (fresh, lo, hi) = times(criterion, &group, "wasm_fresh")?;
+        let (native, ..) = times(criterion, &group, "native")?;
+        let (reused, ..) = times(criterion, &group, "wasm_reused")?;
+        out.push(
+            Figure::new("B1", format!("{plugin}: fresh instance, limits on"), fresh, "µs")
+                .spread(lo, hi)
+                .against("native (SDK harness)", native)
+                .goal("≤ 10 µs median (fresh instance)", fresh <= 10.0),
+        );
+        out.push(
+            Figure::new("B1", format!("{plugin}: fresh vs reused instance"), fresh, "µs")
+                .against("reused instance", reused)
+                .note(format!(
+                    "isolation (a fresh instance per evaluation) costs {:.1} µs per evaluation here",
+                    fresh - reused
+                )),
+        );
+    }
+    let (python, lo, hi) = times(criterion, "b2/shouting-python", "wasm_fresh")?;
+    let (rust, ..) = times(criterion, "b2/shouting-rust", "wasm_fresh")?;
+    let (python_reused, ..) = times(criterion, "b2/shouting-python", "wasm_reused")?;
+    out.push(
+        Figure::new("B2", "shouting (Python): fresh instance", python, "µs")
+            .spread(lo, hi)
+            .against("same logic in Rust, fresh", rust)
+            .goal("≤ 300 µs fresh, or reuse opt-in", python <= 300.0),
+    );
+    out.push(
+        Figure::new("B2", "shouting (Python): reused instance", python_reused, "µs")
+            .against("fresh instance", python)
+            .note("reuse is not offered by the server: state one call leaves would be visible to the next"),
+    );
+    Ok(out)
+}

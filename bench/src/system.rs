@@ -1,0 +1,660 @@
+//! B3–B8 (BENCHMARKS.md) against real `gavel serve` processes (the release
+//! binary), a bare-axum baseline process, wrk, PostgreSQL and Redis started
+//! here like the tests start them.
+
+use crate::report::Figure;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How much work each figure does.
+#[derive(Debug, Clone, Copy)]
+pub struct Sizes {
+    pub quick: bool,
+    /// wrk run length and repetitions (B3).
+    pub wrk_secs: u32,
+    pub runs: usize,
+    /// Items per end-to-end run (B4).
+    pub items: usize,
+    /// Upserts per coordinator run (B6).
+    pub upserts: usize,
+    /// Hot reloads measured (B7).
+    pub reloads: usize,
+}
+
+impl Sizes {
+    pub fn new(quick: bool) -> Sizes {
+        if quick {
+            Sizes {
+                quick,
+                wrk_secs: 2,
+                runs: 1,
+                items: 300,
+                upserts: 5_000,
+                reloads: 2,
+            }
+        } else {
+            Sizes {
+                quick,
+                wrk_secs: 10,
+                runs: 3,
+                items: 5_000,
+                upserts: 200_000,
+                reloads: 5,
+            }
+        }
+    }
+}
+
+const CLIENT_TOKEN: &str = "bench-client-token-0123456789abcdef";
+const MODERATOR_TOKEN: &str = "bench-moderator-token-0123456789abcdef";
+
+/// A `gavel serve` process on a free port, killed when dropped.
+pub struct Gavel {
+    pub url: String,
+    pub dir: PathBuf,
+    child: Child,
+}
+
+impl Gavel {
+    /// Starts `binary` with the four example Rust rules (plus `extra`
+    /// plugin files) and `config` appended to a base configuration.
+    pub async fn start(binary: &Path, dir: &Path, plugins: &[(&str, &str)], config: &str) -> anyhow::Result<Gavel> {
+        let plugin_dir = dir.join("plugins");
+        std::fs::create_dir_all(&plugin_dir)?;
+        for (name, path) in plugins {
+            std::fs::copy(path, plugin_dir.join(format!("{name}.wasm")))?;
+        }
+        let port = gavel_tests::servers::free_port();
+        let toml = format!(
+            r#"listen = "127.0.0.1:{port}"
+data_dir = "{data}"
+plugin_dir = "{plugins}"
+{config}
+[[tokens]]
+name = "bench"
+token = "{CLIENT_TOKEN}"
+role = "client"
+[[tokens]]
+name = "mod"
+token = "{MODERATOR_TOKEN}"
+role = "moderator"
+[ingest]
+client_rate_per_second = 10000000
+client_burst = 10000000
+author_rate_per_second = 10000000
+author_burst = 10000000
+"#,
+            data = dir.join("data").display(),
+            plugins = plugin_dir.display(),
+        );
+        let config_path = dir.join("gavel.toml");
+        std::fs::write(&config_path, toml)?;
+        let log = std::fs::File::create(dir.join("gavel.log"))?;
+        let child = Command::new(binary)
+            .args(["serve", "--config"])
+            .arg(&config_path)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()?;
+        let g = Gavel {
+            url: format!("http://127.0.0.1:{port}"),
+            dir: dir.to_path_buf(),
+            child,
+        };
+        g.wait_ready(plugins.len()).await?;
+        Ok(g)
+    }
+
+    /// Waits until the API answers and at least `plugins` plugins are loaded.
+    pub async fn wait_ready(&self, plugins: usize) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let http = reqwest::Client::new();
+        loop {
+            let list = async {
+                http.get(format!("{}/v1/plugins", self.url))
+                    .bearer_auth(MODERATOR_TOKEN)
+                    .send()
+                    .await?
+                    .json::<Value>()
+                    .await
+            };
+            if let Ok(list) = list.await
+                && list["plugins"].as_array().is_some_and(|p| p.len() >= plugins)
+            {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "gavel did not become ready; see {}",
+                self.dir.join("gavel.log").display()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Gavel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rust_plugins() -> Vec<(&'static str, &'static str)> {
+    use gavel_tests::guests;
+    vec![
+        ("link-spam", guests::LINK_SPAM),
+        ("duplicate-burst", guests::DUPLICATE_BURST),
+        ("flag-ratio", guests::FLAG_RATIO),
+        ("banned-terms", guests::BANNED_TERMS),
+    ]
+}
+
+fn median(v: &mut [f64]) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    (v[v.len() / 2], v[0], v[v.len() - 1])
+}
+
+/// One wrk run: requests per second, and the count of non-2xx answers.
+fn wrk(url: &str, secs: u32, dir: &Path) -> anyhow::Result<(f64, u64)> {
+    let script = dir.join("post.lua");
+    std::fs::write(
+        &script,
+        format!(
+            r#"local n = 0
+local thread_id = math.random(1, 1000000)
+request = function()
+  n = n + 1
+  local body = string.format('{{"kind":"post","author":"a%d-%d","text":"benchmark post %d-%d, nothing to see"}}', thread_id, n, thread_id, n)
+  return wrk.format("POST", "/v1/items", {{["Content-Type"] = "application/json", ["Authorization"] = "Bearer {CLIENT_TOKEN}"}}, body)
+end
+"#
+        ),
+    )?;
+    let out = Command::new("wrk")
+        .args(["-t1", "-c32", &format!("-d{secs}s"), "-s"])
+        .arg(&script)
+        .arg(format!("{url}/v1/items"))
+        .output()
+        .map_err(|e| anyhow::anyhow!("running wrk: {e} (cargo xtask bench installs it)"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rps = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Requests/sec:"))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .ok_or_else(|| anyhow::anyhow!("unexpected wrk output: {text}"))?;
+    let non_2xx = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Non-2xx or 3xx responses:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    Ok((rps, non_2xx))
+}
+
+/// Open-loop load: requests scheduled at a fixed `rate` for `secs`,
+/// latency measured from each request's scheduled time (no coordinated
+/// omission). Returns (p50, p99) in ms.
+async fn open_loop(url: &str, rate: f64, secs: f64) -> anyhow::Result<(f64, f64)> {
+    let http = reqwest::Client::builder().pool_max_idle_per_host(512).build()?;
+    let total = (rate * secs) as u64;
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let start = tokio::time::Instant::now() + Duration::from_millis(50);
+    let mut tasks = tokio::task::JoinSet::new();
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    for i in 0..total {
+        let at = start + interval * i as u32;
+        tokio::time::sleep_until(at).await;
+        let req = http
+            .post(format!("{url}/v1/items"))
+            .bearer_auth(CLIENT_TOKEN)
+            .json(&json!({"kind": "post", "author": format!("o{tag}-{i}"), "text": format!("open loop {tag} {i}")}));
+        tasks.spawn(async move {
+            let ok = req.send().await.map(|r| r.status().is_success()).unwrap_or(false);
+            (at.elapsed(), ok)
+        });
+    }
+    let mut latencies = Vec::with_capacity(total as usize);
+    let mut failed = 0;
+    while let Some(r) = tasks.join_next().await {
+        let (latency, ok) = r?;
+        failed += u64::from(!ok);
+        latencies.push(latency.as_secs_f64() * 1000.0);
+    }
+    anyhow::ensure!(failed == 0, "{failed} requests failed under open-loop load");
+    latencies.sort_by(f64::total_cmp);
+    let p = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
+    Ok((p(0.50), p(0.99)))
+}
+
+/// B3: `POST /v1/items` against the bare-axum baseline doing the same
+/// durable insert on the same SQLite settings.
+pub async fn b3(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
+    let dir = tempfile::tempdir()?;
+    let gavel = Gavel::start(gavel_bin, &dir.path().join("gavel"), &rust_plugins(), "").await?;
+    let baseline = crate::baseline::Process::start(&dir.path().join("baseline")).await?;
+    let (mut g_rps, mut b_rps) = (Vec::new(), Vec::new());
+    let mut non_2xx = 0;
+    for _ in 0..sizes.runs {
+        let (rps, bad) = wrk(&gavel.url, sizes.wrk_secs, dir.path())?;
+        g_rps.push(rps);
+        non_2xx += bad;
+        let (rps, bad) = wrk(&baseline.url, sizes.wrk_secs, dir.path())?;
+        b_rps.push(rps);
+        non_2xx += bad;
+    }
+    let (g, g_lo, g_hi) = median(&mut g_rps);
+    let (b, ..) = median(&mut b_rps);
+    let secs = if sizes.quick { 1.0 } else { 5.0 };
+    let (g50, g99) = open_loop(&gavel.url, g * 0.5, secs).await?;
+    let (b50, b99) = open_loop(&baseline.url, g * 0.5, secs).await?;
+    let mut out = vec![
+        Figure::new("B3", "POST /v1/items throughput (SQLite)", g, "req/s")
+            .spread(g_lo, g_hi)
+            .against("bare axum + same insert", b)
+            .goal("≥ 0.8 × the bare handler", g >= 0.8 * b)
+            .note(format!(
+                "wrk -t1 -c32 closed loop, {} × {} s each, median; non-2xx answers: {non_2xx}",
+                sizes.runs, sizes.wrk_secs
+            )),
+        Figure::new("B3", "p99 latency at 50 % of max rate", g99, "ms")
+            .against("bare handler at the same rate", b99)
+            .goal("≤ 5 ms", g99 <= 5.0)
+            .note(format!(
+                "open loop at {:.0} req/s for {secs} s; p50 {g50:.2} ms (bare {b50:.2} ms)",
+                g * 0.5
+            )),
+    ];
+    if non_2xx > 0 {
+        out[0].note = Some(format!(
+            "{} — some answers were not 2xx",
+            out[0].note.clone().unwrap_or_default()
+        ));
+    }
+    Ok(out)
+}
+
+/// Committed evaluations so far, from `/metrics`.
+async fn committed(http: &reqwest::Client, url: &str) -> anyhow::Result<u64> {
+    let text = http.get(format!("{url}/metrics")).send().await?.text().await?;
+    Ok(text
+        .lines()
+        .find_map(|l| l.strip_prefix("gavel_evaluations_committed_total "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0) as u64)
+}
+
+/// Submits `n` items from 64 concurrent clients and waits until every one
+/// has been judged; items settled per second, first submission to last commit.
+async fn end_to_end(url: &str, n: usize) -> anyhow::Result<f64> {
+    let http = reqwest::Client::builder().pool_max_idle_per_host(128).build()?;
+    let before = committed(&http, url).await?;
+    let started = Instant::now();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    let mut lanes = tokio::task::JoinSet::new();
+    for _ in 0..64 {
+        let (http, url, next, tag) = (http.clone(), url.to_string(), next.clone(), tag.clone());
+        lanes.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= n {
+                    return anyhow::Ok(());
+                }
+                let r = http
+                    .post(format!("{url}/v1/items"))
+                    .bearer_auth(CLIENT_TOKEN)
+                    .json(&json!({"kind": "post", "author": format!("e{tag}-{i}"), "text": format!("end to end {tag} {i}")}))
+                    .send()
+                    .await?;
+                anyhow::ensure!(r.status().is_success(), "submission answered {}", r.status());
+            }
+        });
+    }
+    while let Some(r) = lanes.join_next().await {
+        r??;
+    }
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while committed(&http, url).await? < before + n as u64 {
+        anyhow::ensure!(Instant::now() < deadline, "items never settled");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(n as f64 / started.elapsed().as_secs_f64())
+}
+
+/// B4: submitted → settled, four enforcing plugins, embedded vs PostgreSQL + Redis.
+pub async fn b4(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
+    let dir = tempfile::tempdir()?;
+    let tuning = "[evaluation]\nconcurrency = 8\npoll_interval_ms = 1\n";
+    let embedded = Gavel::start(gavel_bin, &dir.path().join("embedded"), &rust_plugins(), tuning).await?;
+    let mut e_runs = Vec::new();
+    for _ in 0..sizes.runs {
+        e_runs.push(end_to_end(&embedded.url, sizes.items).await?);
+    }
+    drop(embedded);
+    let pg = gavel_tests::servers::postgres();
+    let database = pg.database().await;
+    let redis = gavel_tests::servers::Redis::start();
+    let distributed = Gavel::start(
+        gavel_bin,
+        &dir.path().join("pg"),
+        &rust_plugins(),
+        &format!(
+            "database_url = \"{database}\"\nredis_url = \"{}\"\ndatabase_max_connections = 16\n{tuning}",
+            redis.url()
+        ),
+    )
+    .await?;
+    let mut d_runs = Vec::new();
+    for _ in 0..sizes.runs {
+        d_runs.push(end_to_end(&distributed.url, sizes.items).await?);
+    }
+    drop(distributed);
+    let (e, e_lo, e_hi) = median(&mut e_runs);
+    let (d, d_lo, d_hi) = median(&mut d_runs);
+    Ok(vec![
+        Figure::new("B4", "submitted → settled, embedded (SQLite)", e, "items/s")
+            .spread(e_lo, e_hi)
+            .against("PostgreSQL + Redis", d)
+            .goal("≥ 10,000 items/s on 2 cores", e >= 10_000.0)
+            .note(format!(
+                "{} items per run, 64 concurrent clients, one process",
+                sizes.items
+            )),
+        Figure::new("B4", "submitted → settled, PostgreSQL + Redis", d, "items/s")
+            .spread(d_lo, d_hi)
+            .goal("≥ 5,000 items/s", d >= 5_000.0),
+    ])
+}
+
+/// B5: 1,000 flags on one item within 2 s, fixed 250 ms window.
+pub async fn b5(gavel_bin: &Path) -> anyhow::Result<Vec<Figure>> {
+    let dir = tempfile::tempdir()?;
+    let gavel = Gavel::start(
+        gavel_bin,
+        dir.path(),
+        &rust_plugins(),
+        "[evaluation.debounce]\nwindow_ms = 250\nmax_wait_ms = 250\n",
+    )
+    .await?;
+    let http = reqwest::Client::new();
+    let item: Value = http
+        .post(format!("{}/v1/items", gavel.url))
+        .bearer_auth(CLIENT_TOKEN)
+        .json(&json!({"kind": "post", "author": "sloan", "text": "an ordinary post"}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let id = item["id"].as_str().unwrap_or_default().to_string();
+    let get = || async {
+        let v: Value = http
+            .get(format!("{}/v1/items/{id}", gavel.url))
+            .bearer_auth(MODERATOR_TOKEN)
+            .send()
+            .await?
+            .json()
+            .await?;
+        anyhow::Ok(v)
+    };
+    let flag_ratio_evaluations = |v: &Value| {
+        v["decisions"]
+            .as_array()
+            .map(|d| {
+                d.iter()
+                    .filter(|d| d["plugin"] == "flag-ratio" && d["phase"] == "async")
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    while get().await?["needs_eval_since"] != Value::Null {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = flag_ratio_evaluations(&get().await?);
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..1000u64 {
+        let req = http
+            .post(format!("{}/v1/items/{id}/events", gavel.url))
+            .bearer_auth(CLIENT_TOKEN)
+            .json(&json!({"kind": "flag", "actor": format!("user-{i}")}));
+        tasks.spawn(async move {
+            tokio::time::sleep(Duration::from_millis(i * 19 / 10)).await;
+            req.send().await.map(|r| r.status().is_success())
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        anyhow::ensure!(r??, "an event was refused");
+    }
+    let burst = started.elapsed();
+    let item = loop {
+        let v = get().await?;
+        if v["needs_eval_since"].is_null() && v["counters"]["flag"] == 1000 {
+            break v;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let during = (flag_ratio_evaluations(&item) - before) as f64;
+    let ideal = (burst.as_millis() as f64 / 250.0).ceil() + 1.0;
+    let last_sees_all = item["decisions"]
+        .as_array()
+        .and_then(|d| d.iter().rev().find(|d| d["plugin"] == "flag-ratio"))
+        .and_then(|d| d["reason"].as_str())
+        .is_some_and(|r| r.starts_with("1000 flags"));
+    Ok(vec![
+        Figure::new("B5", "evaluations for a 1,000-event burst", during, "evals")
+            .against("ceil(burst / window) + 1", ideal)
+            .goal("≤ ideal, last sees all 1,000", during <= ideal && last_sees_all)
+            .note(format!(
+                "burst of {:.2} s, fixed window 250 ms; final decision saw all 1,000 flags: {last_sees_all}",
+                burst.as_secs_f64()
+            )),
+    ])
+}
+
+/// B6: debounce upserts per second, embedded vs Redis.
+pub async fn b6(sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
+    use gavel::coordinator::{DebounceMode, Schedule};
+    async fn run(c: gavel::coordinator::SharedCoordinator, n: usize) -> anyhow::Result<f64> {
+        let started = Instant::now();
+        let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let mut lanes = tokio::task::JoinSet::new();
+        for _ in 0..64 {
+            let (c, next) = (c.clone(), next.clone());
+            lanes.spawn(async move {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if i >= n {
+                        return anyhow::Ok(());
+                    }
+                    let how = Schedule::Debounced {
+                        mode: DebounceMode::Sliding,
+                        window_ms: 60_000,
+                        max_wait_ms: 600_000,
+                    };
+                    c.schedule(&format!("item-{}", i % 10_000), gavel::store::now_ms(), how)
+                        .await
+                        .map_err(|e| anyhow::anyhow!("{e}"))?;
+                }
+            });
+        }
+        while let Some(r) = lanes.join_next().await {
+            r??;
+        }
+        Ok(n as f64 / started.elapsed().as_secs_f64())
+    }
+    let embedded = run(gavel::coordinator::open(None, "bench").await?, sizes.upserts).await?;
+    let redis = gavel_tests::servers::Redis::start();
+    let prefix = format!("bench-{}", uuid::Uuid::new_v4().simple());
+    let remote = run(
+        gavel::coordinator::open(Some(&redis.url()), &prefix).await?,
+        sizes.upserts / 4,
+    )
+    .await?;
+    Ok(vec![
+        Figure::new("B6", "coordinator upserts, Redis", remote, "ops/s")
+            .goal("≥ 50,000 upserts/s with pipelining", remote >= 50_000.0)
+            .note("one Lua EVALSHA per upsert over one multiplexed connection; 64 concurrent callers"),
+        Figure::new("B6", "coordinator upserts, embedded", embedded, "ops/s")
+            .against("Redis", remote)
+            .goal("≥ 10 × Redis", embedded >= 10.0 * remote),
+    ])
+}
+
+/// B7: atomic rename of a new `.wasm` → first decision stamped with its digest.
+pub async fn b7(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
+    let dir = tempfile::tempdir()?;
+    let gavel = Gavel::start(gavel_bin, dir.path(), &rust_plugins(), "").await?;
+    let engine = gavel::rules::RuleEngine::new(gavel::rules::RuntimeLimits::default())?;
+    let original = std::fs::read(gavel_tests::guests::BANNED_TERMS)?;
+    let http = reqwest::Client::new();
+    let (mut latencies, mut compiles) = (Vec::new(), Vec::new());
+    for k in 0..sizes.reloads {
+        let variant = gavel_tests::component_variant(&original, 1_000 + k as u32);
+        let digest = gavel::rules::Digest::of(&variant).to_hex();
+        let compile_started = Instant::now();
+        engine
+            .load_bytes(Path::new("variant.wasm"), &variant)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        compiles.push(compile_started.elapsed().as_secs_f64() * 1000.0);
+        let tmp = gavel.dir.join("plugins/.banned-terms.wasm.tmp");
+        std::fs::write(&tmp, &variant)?;
+        let renamed = Instant::now();
+        std::fs::rename(&tmp, gavel.dir.join("plugins/banned-terms.wasm"))?;
+        // banned-terms runs in the sync phase: each submission is judged inline.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let item: Value = http
+                .post(format!("{}/v1/items", gavel.url))
+                .bearer_auth(CLIENT_TOKEN)
+                .json(&json!({"kind": "post", "author": format!("r{k}-{}", uuid::Uuid::new_v4().simple()), "text": format!("reload probe {}", uuid::Uuid::new_v4())}))
+                .send()
+                .await?
+                .json()
+                .await?;
+            let id = item["id"].as_str().unwrap_or_default();
+            let details: Value = http
+                .get(format!("{}/v1/items/{id}", gavel.url))
+                .bearer_auth(MODERATOR_TOKEN)
+                .send()
+                .await?
+                .json()
+                .await?;
+            let stamped = details["decisions"]
+                .as_array()
+                .is_some_and(|d| d.iter().any(|d| d["plugin_digest"] == digest.as_str()));
+            if stamped {
+                latencies.push(renamed.elapsed().as_secs_f64() * 1000.0);
+                break;
+            }
+            anyhow::ensure!(Instant::now() < deadline, "the new version never decided");
+        }
+    }
+    let (lat, lo, hi) = median(&mut latencies);
+    let (compile, ..) = median(&mut compiles);
+    Ok(vec![
+        Figure::new("B7", "hot reload: rename → first stamped decision", lat, "ms")
+            .spread(lo, hi)
+            .against("compile time of the same file", compile)
+            .goal("p50 ≤ compile + 250 ms", lat <= compile + 250.0)
+            .note(format!(
+                "{} reloads of banned-terms variants (sync phase, judged inline)",
+                sizes.reloads
+            )),
+    ])
+}
+
+fn rss_kib(pid: u32) -> anyhow::Result<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .ok_or_else(|| anyhow::anyhow!("no VmRSS for {pid}"))
+}
+
+/// B8: RSS idle, per loaded plugin, per in-flight evaluation.
+pub async fn b8(gavel_bin: &Path) -> anyhow::Result<Vec<Figure>> {
+    let dir = tempfile::tempdir()?;
+    let in_flight = 32usize;
+    let gavel = Gavel::start(
+        gavel_bin,
+        dir.path(),
+        &[],
+        &format!(
+            "[limits]\nasync_deadline_ms = 10000\nmax_concurrent_evaluations = {}\n[evaluation]\nconcurrency = {in_flight}\n",
+            in_flight * 2
+        ),
+    ).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle = rss_kib(gavel.pid())?;
+    // Load the four Rust examples.
+    let plugins = rust_plugins();
+    for (name, path) in &plugins {
+        std::fs::copy(path, gavel.dir.join("plugins").join(format!("{name}.wasm")))?;
+    }
+    gavel.wait_ready(plugins.len()).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let loaded = rss_kib(gavel.pid())?;
+    let per_plugin = (loaded - idle) / plugins.len() as f64 / 1024.0;
+    // A rule that spins for 3 s (small memory): `in_flight` evaluations at once.
+    std::fs::write(
+        gavel.dir.join("plugins/spin.toml"),
+        "[config]\nmode = \"spin\"\nspin_ms = 3000\n",
+    )?;
+    std::fs::copy(gavel_tests::guests::MISBEHAVE, gavel.dir.join("plugins/spin.wasm"))?;
+    gavel.wait_ready(plugins.len() + 1).await?;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = rss_kib(gavel.pid())?;
+    let http = reqwest::Client::new();
+    for i in 0..in_flight {
+        http.post(format!("{}/v1/items", gavel.url))
+            .bearer_auth(CLIENT_TOKEN)
+            .json(&json!({"kind": "post", "author": format!("m{i}"), "text": format!("memory probe {i}")}))
+            .send()
+            .await?;
+    }
+    // Sample while they run.
+    let mut peak = before;
+    let mut running = 0.0;
+    let until = Instant::now() + Duration::from_millis(2_500);
+    while Instant::now() < until {
+        peak = peak.max(rss_kib(gavel.pid())?);
+        let metrics = http.get(format!("{}/metrics", gavel.url)).send().await?.text().await?;
+        let now = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("gavel_evaluations_in_flight "))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+        running = f64::max(running, now);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let per_eval = if running > 0.0 {
+        (peak - before) / running / 1024.0
+    } else {
+        f64::NAN
+    };
+    Ok(vec![
+        Figure::new("B8", "RSS idle (no plugins)", idle / 1024.0, "MiB"),
+        Figure::new("B8", "RSS per loaded Rust plugin", per_plugin, "MiB").note(format!(
+            "{} plugins: {:.1} MiB → {:.1} MiB",
+            plugins.len(),
+            idle / 1024.0,
+            loaded / 1024.0
+        )),
+        Figure::new("B8", "RSS per in-flight evaluation", per_eval, "MiB")
+            .goal("≤ 1 MiB (small Rust rule)", per_eval <= 1.0)
+            .note(format!(
+                "{running:.0} evaluations in flight (spinning rule): {:.1} MiB → peak {:.1} MiB",
+                before / 1024.0,
+                peak / 1024.0
+            )),
+    ])
+}
