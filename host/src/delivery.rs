@@ -98,7 +98,9 @@ impl Dispatcher {
                 }
             };
             self.metrics.deliveries_pending.set(claimed.len() as i64);
-            let idle = fanned == 0 && claimed.is_empty();
+            // Round again at once only when a batch was full: otherwise the
+            // loop would compete with the item transactions for the writer.
+            let busy = fanned as i64 == FAN_OUT_BATCH || (free > 0 && claimed.len() == free);
             for delivery in claimed {
                 let permit = slots
                     .clone()
@@ -111,7 +113,7 @@ impl Dispatcher {
                     drop(permit);
                 });
             }
-            if idle || slots.available_permits() == 0 {
+            if !busy || slots.available_permits() == 0 {
                 tokio::select! {
                     _ = cancel.cancelled() => break,
                     _ = tokio::time::sleep(poll) => {}

@@ -155,7 +155,8 @@ pub fn start(
             config.providers.clone(),
             config.public_url(),
             worker.metrics.clone(),
-            Duration::from_millis(config.evaluation.poll_interval_ms.max(10)),
+            // Provider deadlines and retries are seconds apart: a tenth of a second is plenty.
+            Duration::from_millis(100),
         ) {
             Ok(r) => {
                 tasks.spawn(Arc::new(r).run(cancel.clone()));

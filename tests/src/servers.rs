@@ -120,11 +120,15 @@ impl Postgres {
         let pidfile = dir.join("server.pid");
         let _ = std::fs::remove_file(&pidfile);
         let script = format!(
-            "{} >>{}/pg.log 2>&1 & pg=$!; echo $pg > '{}'; while kill -0 {} 2>/dev/null && kill -0 $pg 2>/dev/null; do sleep 0.5; done; kill -QUIT $pg 2>/dev/null",
+            "{} >>{}/pg.log 2>&1 & pg=$!; echo $pg > '{}'; while kill -0 {} 2>/dev/null && kill -0 $pg 2>/dev/null; do sleep 0.5; done; kill -QUIT $pg 2>/dev/null; \
+             if ! kill -0 {} 2>/dev/null; then wait $pg 2>/dev/null; rm -rf '{}'; fi",
             cmdline.join(" "),
             dir.display(),
             pidfile.display(),
-            std::process::id()
+            std::process::id(),
+            std::process::id(),
+            // The static server is never dropped: its directory goes with the test process.
+            dir.display()
         );
         Command::new("sh").args(["-c", &script]).spawn().unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);

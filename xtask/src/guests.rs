@@ -8,6 +8,13 @@ use std::process::Command;
 
 /// The wasm target every guest is built for.
 pub const WASM_TARGET: &str = "wasm32-wasip2";
+/// A 64 KiB shadow stack instead of the linker's 1 MiB default: a rule's
+/// stack then sits in the first pages of its linear memory, which the host
+/// keeps resident between fresh instances, so an evaluation does not
+/// page-fault its stack in (about 24 → 11 µs per fresh evaluation). The
+/// same setting is in `plugins/.cargo/config.toml` for builds run by hand.
+pub const GUEST_RUSTFLAGS: &str = r#"target.wasm32-wasip2.rustflags=["-C", "link-arg=-zstack-size=65536"]"#;
+
 /// The componentize-py release the Python example is built and tested with.
 pub const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 
@@ -22,7 +29,8 @@ pub struct Guest {
 /// `manifest` into `target_dir`; returns one guest per cdylib member.
 pub fn build_rust_guests(cargo: &str, manifest: &Path, target_dir: &Path) -> Result<Vec<Guest>, String> {
     let mut cmd = Command::new(cargo);
-    cmd.args(["build", "--release", "--quiet", "--target", WASM_TARGET, "--manifest-path"])
+    cmd.args(["build", "--release", "--quiet", "--target", WASM_TARGET])
+        .args(["--config", GUEST_RUSTFLAGS, "--manifest-path"])
         .arg(manifest)
         .arg("--target-dir")
         .arg(target_dir);

@@ -3,6 +3,10 @@
 //! - `run`: install what is missing, build the example plugins into
 //!   `plugins/`, show their verdicts on sample cases, then `gavel serve`.
 //! - `test`: install what is missing, then run every test.
+//! - `bench [--quick]`: build in release mode and run every benchmark of
+//!   BENCHMARKS.md (B1–B8); prints the table and writes `bench-results.json`
+//!   (`--quick`: small counts, `bench-results-quick.json`; `test` runs it to
+//!   prove the benchmarks still run, asserting no times).
 //! - `build-plugins [DIR]`: build the example plugins and copy them, named
 //!   after the plugin (`link-spam.wasm`, ...), into DIR (default `plugins/`,
 //!   the directory `gavel serve` loads by default).
@@ -21,12 +25,13 @@ fn main() -> anyhow::Result<()> {
     match args.first().map(String::as_str) {
         Some("run") => run(&root),
         Some("test") => test(&root),
+        Some("bench") => bench(args.iter().any(|a| a == "--quick")),
         Some("build-plugins") => {
             let dir = args.get(1).map(PathBuf::from).unwrap_or_else(|| root.join("plugins"));
             build_plugins(&root, &dir).map(|_| ())
         }
         _ => {
-            eprintln!("usage: cargo xtask run | test | build-plugins [DIR]");
+            eprintln!("usage: cargo xtask run | test | bench [--quick] | build-plugins [DIR]");
             std::process::exit(2)
         }
     }
@@ -198,5 +203,44 @@ fn test(root: &Path) -> anyhow::Result<()> {
     sh(Command::new(cargo())
         .args(["test", "--manifest-path"])
         .arg(root.join("plugins/Cargo.toml")))?;
+    // The benchmarks still run (small counts; no time is asserted).
+    bench(true)
+}
+
+/// Release build, the criterion benchmarks (B1, B2), then `gavel-bench run`
+/// (B3–B8, the table and the JSON file).
+fn bench(quick: bool) -> anyhow::Result<()> {
+    ensure_wasm_target()?;
+    ensure_componentize_py()?;
+    ensure_postgres()?;
+    ensure_redis()?;
+    ensure_wrk()?;
+    sh(Command::new(cargo()).args(["build", "--release", "-p", "gavel", "-p", "gavel-bench"]))?;
+    let mut criterion = Command::new(cargo());
+    criterion.args(["bench", "-p", "gavel-bench", "--bench", "rules"]);
+    if quick {
+        criterion.env("GAVEL_BENCH_QUICK", "1");
+    }
+    sh(&mut criterion)?;
+    let out = if quick { "bench-results-quick.json" } else { "bench-results.json" };
+    let mut run = Command::new("target/release/gavel-bench");
+    run.args(["run", "--gavel", "target/release/gavel", "--criterion", "target/criterion", "--out", out]);
+    if quick {
+        run.arg("--quick");
+    }
+    sh(&mut run)
+}
+
+/// wrk, the HTTP load generator of B3 (Debian's package).
+fn ensure_wrk() -> anyhow::Result<()> {
+    let present = || Command::new("wrk").arg("-v").output().is_ok();
+    if present() {
+        return Ok(());
+    }
+    let is_root = output(Command::new("id").arg("-u")).is_some_and(|u| u.trim() == "0");
+    anyhow::ensure!(is_root, "wrk is not installed: install Debian's `wrk` package");
+    sh(Command::new("apt-get").arg("update").arg("-qq"))?;
+    sh(Command::new("apt-get").args(["install", "-y", "-qq", "wrk"]))?;
+    anyhow::ensure!(present(), "wrk still not runnable after installing it");
     Ok(())
 }

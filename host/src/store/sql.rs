@@ -15,9 +15,23 @@ pub(super) const ITEM_BY_EXTERNAL_ID: &str = "SELECT id FROM items WHERE client 
 pub(super) const INSERT_TRANSITION: &str = "INSERT INTO transitions (item_id, from_status, to_status, version, \
      cause, actor, actor_name, reason, correlation_id, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
 
-pub(super) const INSERT_DECISION: &str = "INSERT INTO decisions (item_id, item_version, plugin, plugin_version, \
-     plugin_digest, phase, verdict, score, labels, reason, mode, applied, duration_us, outcome, error, created_at) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)";
+/// `INSERT INTO decisions` of `rows` rows, 16 parameters each.
+pub(super) fn insert_decisions_sql(rows: usize) -> String {
+    let mut sql = String::from(
+        "INSERT INTO decisions (item_id, item_version, plugin, plugin_version, plugin_digest, phase, verdict, \
+         score, labels, reason, mode, applied, duration_us, outcome, error, created_at) VALUES ",
+    );
+    for r in 0..rows {
+        let p: Vec<String> = (1..=16).map(|c| format!("${}", r * 16 + c)).collect();
+        if r > 0 {
+            sql.push_str(", ");
+        }
+        sql.push('(');
+        sql.push_str(&p.join(", "));
+        sql.push(')');
+    }
+    sql
+}
 
 pub(super) const IDEMPOTENCY_INSERT: &str = "INSERT INTO idempotency_keys (scope, key, request_hash, state, \
      locked_until, created_at, expires_at) VALUES ($1, $2, $3, 'in_flight', $4, $5, $6) \
@@ -155,9 +169,17 @@ pub(super) const REVIEW_FIRST: &str = "WHERE status = 'held_for_review' ORDER BY
 pub(super) const REVIEW_AFTER: &str = "WHERE status = 'held_for_review' \
      AND (updated_at > $1 OR (updated_at = $1 AND id > $2)) ORDER BY updated_at, id LIMIT $3";
 
-pub(super) const INSERT_OUTBOX: &str = "INSERT INTO outbox (event_id, item_id, item_version, client, kind, \
-     external_id, from_status, to_status, cause, actor, reason, correlation_id, created_at) \
-     SELECT $1, id, $2, client, kind, external_id, $3, $4, $5, $6, $7, $8, $9 FROM items WHERE id = $10";
+/// Cheap reads that tell the background loops whether a write transaction
+/// (which on SQLite takes the one write lock) has anything to do.
+pub(super) const PEEK_UNFANNED: &str = "SELECT 1 FROM outbox WHERE NOT fanned_out LIMIT 1";
+pub(super) const PEEK_DUE_DELIVERY: &str =
+    "SELECT 1 FROM deliveries WHERE status = 'pending' AND next_attempt_at <= $1 LIMIT 1";
+pub(super) const PEEK_DUE_REQUEST: &str = "SELECT 1 FROM provider_requests WHERE status = 'pending' \
+     AND next_attempt_at <= $1 AND deadline_at > $1 LIMIT 1";
+pub(super) const PEEK_EXPIRED_REQUEST: &str = "SELECT 1 FROM provider_requests \
+     WHERE status IN ('pending', 'sent') AND deadline_at <= $1 LIMIT 1";
+/// With no endpoint to deliver to, events are only marked (in one statement).
+pub(super) const MARK_ALL_FANNED_OUT: &str = "UPDATE outbox SET fanned_out = TRUE WHERE NOT fanned_out";
 
 pub(super) const CHANGE_COLUMNS: &str = "seq, txid, event_id, item_id, external_id, client, kind, item_version, \
      from_status, to_status, cause, actor, reason, correlation_id, created_at";
@@ -460,26 +482,7 @@ macro_rules! impl_store {
                 .bind(now)
                 .execute(&mut **tx)
                 .await?;
-            // The outbox row of this transition, in the same transaction.
-            let outboxed = sqlx::query(INSERT_OUTBOX)
-                .bind(event_id(item_id, version))
-                .bind(version)
-                .bind(from.as_str())
-                .bind(to.as_str())
-                .bind(cause)
-                .bind(actor.as_str())
-                .bind(reason)
-                .bind(correlation_id)
-                .bind(now)
-                .bind(item_id)
-                .execute(&mut **tx)
-                .await?
-                .rows_affected();
-            if outboxed != 1 {
-                return Err(StoreError::Database(format!(
-                    "no item {item_id} to write the outbox row of"
-                )));
-            }
+            // Its outbox row is written by the `transitions_outbox` trigger.
             Ok(())
         }
 
@@ -489,9 +492,15 @@ macro_rules! impl_store {
             item_version: i64,
             decisions: &[NewDecision],
         ) -> StoreResult<()> {
+            if decisions.is_empty() {
+                return Ok(());
+            }
+            // One statement for all of them: one round trip to the database.
+            let sql = insert_decisions_sql(decisions.len());
+            let mut query = sqlx::query(&sql);
             for d in decisions {
                 let labels = serde_json::to_string(&d.labels).expect("a list of strings serializes");
-                sqlx::query(INSERT_DECISION)
+                query = query
                     .bind(item_id)
                     .bind(item_version)
                     .bind(&d.plugin)
@@ -507,10 +516,9 @@ macro_rules! impl_store {
                     .bind(d.duration_us)
                     .bind(d.outcome.as_str())
                     .bind(d.error.as_deref())
-                    .bind(d.decided_at)
-                    .execute(&mut **tx)
-                    .await?;
+                    .bind(d.decided_at);
             }
+            query.execute(&mut **tx).await?;
             Ok(())
         }
 
@@ -691,12 +699,27 @@ macro_rules! impl_store {
                 if let Some(r) = response {
                     complete_idempotency(&mut tx, r).await?;
                 }
-                let row = sqlx::query(&format!("SELECT {ITEM_COLUMNS} FROM items {ITEM_BY_ID}"))
-                    .bind(&item.id)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                let created = item_from_row(&row)?;
                 tx.commit().await?;
+                let created = Item {
+                    id: item.id.clone(),
+                    client: item.client.clone(),
+                    external_id: item.external_id.clone(),
+                    kind: item.kind.clone(),
+                    author: item.author.clone(),
+                    body: item.body.clone(),
+                    context: item.context.clone(),
+                    fingerprint: item.fingerprint.clone(),
+                    status: item.status,
+                    version: 1,
+                    decided_by: (item.status != crate::status::ItemStatus::PendingScan)
+                        .then_some(crate::status::Actor::System),
+                    sync_verdict: item.sync_verdict,
+                    needs_eval_since: item.needs_eval.then_some(item.now),
+                    event_seq: 0,
+                    evaluated_seq: 0,
+                    created_at: item.now,
+                    updated_at: item.now,
+                };
                 Ok(CreateOutcome::Created(created))
             }
 
@@ -1198,8 +1221,16 @@ macro_rules! impl_store {
             }
 
             async fn fan_out(&self, endpoints: &[EndpointFilter], now: Millis, limit: i64) -> StoreResult<usize> {
+                if sqlx::query(PEEK_UNFANNED).fetch_optional(&self.read).await?.is_none() {
+                    return Ok(0);
+                }
                 let $s = self;
                 let mut tx = $begin.await?;
+                if endpoints.is_empty() {
+                    let n = sqlx::query(MARK_ALL_FANNED_OUT).execute(&mut *tx).await?.rows_affected();
+                    tx.commit().await?;
+                    return Ok(n as usize);
+                }
                 let events = sqlx::query_as::<_, (i64, String, String, String)>(FAN_OUT)
                     .bind(limit)
                     .fetch_all(&mut *tx)
@@ -1226,6 +1257,9 @@ macro_rules! impl_store {
                 lease_until: Millis,
                 limit: i64,
             ) -> StoreResult<Vec<ClaimedDelivery>> {
+                if sqlx::query(PEEK_DUE_DELIVERY).bind(now).fetch_optional(&self.read).await?.is_none() {
+                    return Ok(Vec::new());
+                }
                 let $s = self;
                 let mut tx = $begin.await?;
                 let claimed = sqlx::query_as::<_, (i64, String, String, i32)>(CLAIM_DELIVERIES)
@@ -1330,6 +1364,9 @@ macro_rules! impl_store {
                 lease_until: Millis,
                 limit: i64,
             ) -> StoreResult<Vec<ClaimedProviderRequest>> {
+                if sqlx::query(PEEK_DUE_REQUEST).bind(now).fetch_optional(&self.read).await?.is_none() {
+                    return Ok(Vec::new());
+                }
                 let $s = self;
                 let mut tx = $begin.await?;
                 let claimed = sqlx::query_as::<_, (String, String, String, i64, i32, i64)>(CLAIM_REQUESTS)
@@ -1536,6 +1573,9 @@ macro_rules! impl_store {
             }
 
             async fn expire_provider_requests(&self, now: Millis, limit: i64) -> StoreResult<Vec<ExpiredRequest>> {
+                if sqlx::query(PEEK_EXPIRED_REQUEST).bind(now).fetch_optional(&self.read).await?.is_none() {
+                    return Ok(Vec::new());
+                }
                 let $s = self;
                 let mut tx = $begin.await?;
                 let due = sqlx::query_as::<_, (String, String, i64)>(EXPIRED_REQUESTS)
