@@ -5,7 +5,9 @@ use gavel::rules::{RuleEngine, RuntimeLimits, snapshot_from_spec};
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let path = args.next().unwrap_or_else(|| gavel_tests::guests::LINK_SPAM.to_string());
+    let path = args
+        .next()
+        .unwrap_or_else(|| gavel_tests::guests::LINK_SPAM.to_string());
     let n: u32 = args.next().and_then(|n| n.parse().ok()).unwrap_or(200_000);
     let engine = RuleEngine::new(RuntimeLimits::default()).expect("engine");
     let bytes = std::fs::read(&path).expect("plugin file");
@@ -17,5 +19,8 @@ fn main() {
     for _ in 0..n {
         std::hint::black_box(engine.evaluate(&plugin, &snapshot));
     }
-    eprintln!("{:.2} µs per fresh evaluation", started.elapsed().as_secs_f64() * 1e6 / f64::from(n));
+    eprintln!(
+        "{:.2} µs per fresh evaluation",
+        started.elapsed().as_secs_f64() * 1e6 / f64::from(n)
+    );
 }

@@ -10,6 +10,30 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub mod receiver;
+
+/// Instantiates `async fn test(backend: Backend)` functions as `#[tokio::test]`s
+/// on both stores: `sqlite::test` (embedded) and `postgres::test`.
+#[macro_export]
+macro_rules! both_stores {
+    ($($test:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $test() {
+                    super::$test($crate::servers::Backend::Sqlite).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $test() {
+                    super::$test($crate::servers::Backend::Postgres).await
+                }
+            )*
+        }
+    };
+}
 pub mod servers;
 
 /// A small deterministic generator (xorshift), so a seed replays a test's

@@ -407,28 +407,7 @@ async fn stop(s: Arc<TestServer>) {
         .unwrap();
 }
 
-macro_rules! both_stores {
-    ($($test:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $test() {
-                    super::$test(super::Backend::Sqlite).await
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $test() {
-                    super::$test(super::Backend::Postgres).await
-                }
-            )*
-        }
-    };
-}
-
-both_stores!(
+gavel_tests::both_stores!(
     every_transition_is_delivered_once_in_order,
     broken_endpoints_dead_letter_and_replay,
     changes_feed_pages_without_gaps_while_committing,

@@ -474,28 +474,7 @@ async fn a_defer_to_an_unknown_provider_is_held(backend: Backend) {
     assert!(item["provider_requests"].as_array().unwrap().is_empty());
 }
 
-macro_rules! both_stores {
-    ($($test:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $test() {
-                    super::$test(super::Backend::Sqlite).await
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $test() {
-                    super::$test(super::Backend::Postgres).await
-                }
-            )*
-        }
-    };
-}
-
-both_stores!(
+gavel_tests::both_stores!(
     each_request_is_applied_once_and_stale_callbacks_are_recorded,
     a_moderator_decision_while_waiting_always_wins,
     an_unanswered_request_times_out_to_review,

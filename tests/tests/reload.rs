@@ -426,19 +426,23 @@ async fn a_shadow_plugin_never_changes_a_status(backend: Backend) {
 }
 
 /// Compilation is bounded: past `compile_timeout_ms` a file is reported,
-/// not waited for.
+/// not waited for. (The abandoned compilation still finishes on its own
+/// thread and fills the cache, so a later retry of the same file may load
+/// it from there: then it must say `from_cache`.)
 async fn a_compilation_past_its_bound_is_reported(backend: Backend) {
     let s = TestServer::start_with(backend, |c| c.limits.compile_timeout = Duration::from_millis(1)).await;
     let list = plugins(&s).await;
-    assert!(list["plugins"].as_array().unwrap().is_empty(), "{list:#}");
     let failures = list["failures"].as_array().unwrap();
-    assert_eq!(failures.len(), 4);
+    let loaded = list["plugins"].as_array().unwrap();
+    assert!(!failures.is_empty(), "{list:#}");
+    assert_eq!(failures.len() + loaded.len(), 4, "{list:#}");
     assert!(failures.iter().all(|f| {
         f["error"]
             .as_str()
             .unwrap()
             .contains("compilation took longer than 1 ms")
     }));
+    assert!(loaded.iter().all(|p| p["from_cache"] == true), "{list:#}");
     s.stop().await.unwrap();
 }
 

@@ -222,9 +222,21 @@ fn bench(quick: bool) -> anyhow::Result<()> {
         criterion.env("GAVEL_BENCH_QUICK", "1");
     }
     sh(&mut criterion)?;
-    let out = if quick { "bench-results-quick.json" } else { "bench-results.json" };
+    let out = if quick {
+        "bench-results-quick.json"
+    } else {
+        "bench-results.json"
+    };
     let mut run = Command::new("target/release/gavel-bench");
-    run.args(["run", "--gavel", "target/release/gavel", "--criterion", "target/criterion", "--out", out]);
+    run.args([
+        "run",
+        "--gavel",
+        "target/release/gavel",
+        "--criterion",
+        "target/criterion",
+        "--out",
+        out,
+    ]);
     if quick {
         run.arg("--quick");
     }

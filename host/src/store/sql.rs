@@ -1221,13 +1221,20 @@ macro_rules! impl_store {
             }
 
             async fn fan_out(&self, endpoints: &[EndpointFilter], now: Millis, limit: i64) -> StoreResult<usize> {
-                if sqlx::query(PEEK_UNFANNED).fetch_optional(&self.read).await?.is_none() {
+                if sqlx::query(PEEK_UNFANNED)
+                    .fetch_optional(&self.read)
+                    .await?
+                    .is_none()
+                {
                     return Ok(0);
                 }
                 let $s = self;
                 let mut tx = $begin.await?;
                 if endpoints.is_empty() {
-                    let n = sqlx::query(MARK_ALL_FANNED_OUT).execute(&mut *tx).await?.rows_affected();
+                    let n = sqlx::query(MARK_ALL_FANNED_OUT)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
                     tx.commit().await?;
                     return Ok(n as usize);
                 }
@@ -1257,7 +1264,12 @@ macro_rules! impl_store {
                 lease_until: Millis,
                 limit: i64,
             ) -> StoreResult<Vec<ClaimedDelivery>> {
-                if sqlx::query(PEEK_DUE_DELIVERY).bind(now).fetch_optional(&self.read).await?.is_none() {
+                if sqlx::query(PEEK_DUE_DELIVERY)
+                    .bind(now)
+                    .fetch_optional(&self.read)
+                    .await?
+                    .is_none()
+                {
                     return Ok(Vec::new());
                 }
                 let $s = self;
@@ -1364,7 +1376,12 @@ macro_rules! impl_store {
                 lease_until: Millis,
                 limit: i64,
             ) -> StoreResult<Vec<ClaimedProviderRequest>> {
-                if sqlx::query(PEEK_DUE_REQUEST).bind(now).fetch_optional(&self.read).await?.is_none() {
+                if sqlx::query(PEEK_DUE_REQUEST)
+                    .bind(now)
+                    .fetch_optional(&self.read)
+                    .await?
+                    .is_none()
+                {
                     return Ok(Vec::new());
                 }
                 let $s = self;
@@ -1573,7 +1590,12 @@ macro_rules! impl_store {
             }
 
             async fn expire_provider_requests(&self, now: Millis, limit: i64) -> StoreResult<Vec<ExpiredRequest>> {
-                if sqlx::query(PEEK_EXPIRED_REQUEST).bind(now).fetch_optional(&self.read).await?.is_none() {
+                if sqlx::query(PEEK_EXPIRED_REQUEST)
+                    .bind(now)
+                    .fetch_optional(&self.read)
+                    .await?
+                    .is_none()
+                {
                     return Ok(Vec::new());
                 }
                 let $s = self;
