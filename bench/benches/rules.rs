@@ -1,13 +1,14 @@
 //! B1 and B2 (BENCHMARKS.md): one rule evaluation through the host runtime
 //! with a fresh instance and production limits, next to the same rule code
-//! compiled natively (the SDK's native harness) and to a reused instance,
+//! compiled natively (the SDK's native harness) and to a reused instance
+//! (`reuse_instances = true`),
 //! so the wasm/native and fresh/reused ratios come out of one run.
 //!
 //! `GAVEL_BENCH_QUICK=1` shrinks sample counts (CI proves it runs; no times
 //! are asserted anywhere).
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use gavel::rules::{LoadedPlugin, RuleEngine, RuntimeLimits, Snapshot, snapshot_from_spec};
+use gavel::rules::{InstancePool, LoadedPlugin, RuleEngine, RuntimeLimits, Snapshot, snapshot_from_spec};
 use gavel_plugin_sdk::Rule;
 use gavel_plugin_sdk::spec::SnapshotSpec;
 use gavel_plugin_sdk::testing::SnapshotBuilder;
@@ -35,6 +36,19 @@ fn native_snapshot(text: &str) -> gavel_plugin_sdk::Snapshot {
         .build()
 }
 
+/// An evaluation on a reused instance, as `reuse_instances = true` runs it.
+fn reusing(engine: &RuleEngine, plugin: &LoadedPlugin, pool: &InstancePool, snapshot: &Snapshot) {
+    let limits = engine.limits();
+    let e = engine.evaluate_reusing(
+        plugin,
+        pool,
+        black_box(snapshot),
+        limits.async_deadline,
+        limits.memory_bytes,
+    );
+    assert!(e.decision.is_some(), "{e:?}");
+}
+
 fn load(engine: &RuleEngine, path: &str) -> LoadedPlugin {
     let bytes = std::fs::read(path).expect("the guest was built");
     engine
@@ -46,6 +60,7 @@ fn load(engine: &RuleEngine, path: &str) -> LoadedPlugin {
 /// with a fresh instance, wasm with a reused instance.
 fn compare<R: Rule>(c: &mut Criterion, engine: &RuleEngine, group: &str, wasm: &str, text: &str) {
     let plugin = load(engine, wasm);
+    let pool = InstancePool::new(1);
     let snapshot = host_snapshot(text);
     let native = native_snapshot(text);
     // The verdicts agree, or the comparison means nothing.
@@ -56,15 +71,13 @@ fn compare<R: Rule>(c: &mut Criterion, engine: &RuleEngine, group: &str, wasm: &
         Some(expected.as_str()),
         "{group}: {fresh:?}"
     );
-    let mut reused = engine.reused_instance(&plugin).expect("instantiates");
+    let pool = InstancePool::new(1);
     let mut g = c.benchmark_group(group);
     g.bench_function("native", |b| b.iter(|| R::evaluate(black_box(&native))));
     g.bench_function("wasm_fresh", |b| {
         b.iter(|| engine.evaluate(&plugin, black_box(&snapshot)))
     });
-    g.bench_function("wasm_reused", |b| {
-        b.iter(|| reused.evaluate(black_box(&snapshot)).unwrap())
-    });
+    g.bench_function("wasm_reused", |b| b.iter(|| reusing(engine, &plugin, &pool, &snapshot)));
     g.finish();
 }
 
@@ -86,13 +99,13 @@ fn rules(c: &mut Criterion) {
         Some("hold"),
         "{first:?}"
     );
-    let mut reused = engine.reused_instance(&python).expect("instantiates");
+    let pool = InstancePool::new(1);
     let mut g = c.benchmark_group("b2/shouting-python");
     g.bench_function("wasm_fresh", |b| {
         b.iter(|| engine.evaluate(&python, black_box(&snapshot)))
     });
     g.bench_function("wasm_reused", |b| {
-        b.iter(|| reused.evaluate(black_box(&snapshot)).unwrap())
+        b.iter(|| reusing(&engine, &python, &pool, &snapshot))
     });
     g.finish();
 }

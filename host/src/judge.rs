@@ -165,12 +165,8 @@ pub fn judge(
     let mut evaluations = Vec::new();
     for p in plugins.iter().filter(|p| p.runs_in(phase)) {
         snapshot.config.clone_from(&p.config);
-        let deadline = match phase {
-            Phase::Sync => p.deadline_sync,
-            Phase::Async => p.deadline_async,
-        };
         let span = tracing::debug_span!("rule.evaluate", plugin = %p.plugin.info.name, plugin_version = %p.plugin.info.version, item = %snapshot.item.id);
-        let e = span.in_scope(|| engine.evaluate_with(&p.plugin, snapshot, deadline, p.memory_bytes));
+        let e = span.in_scope(|| p.evaluate(engine, snapshot, phase));
         let labels = crate::metrics::Metrics::plugin(&e.plugin.name, &e.plugin.version);
         metrics
             .rule_evaluation_seconds

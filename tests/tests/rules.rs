@@ -89,6 +89,36 @@ fn a_secret_left_in_memory_is_not_visible_to_the_next_evaluation() {
     }
 }
 
+/// The opt-in trade-off (`reuse_instances = true`): a reused instance keeps
+/// what the previous evaluation left in memory; one that trapped is
+/// discarded, so the next evaluation starts clean.
+#[test]
+fn reused_instances_keep_state_and_a_trap_discards_the_instance() {
+    let engine = shared_engine();
+    let plugin = load(engine, guests::MISBEHAVE);
+    let pool = gavel::rules::InstancePool::new(1);
+    let deadline = engine.limits().async_deadline;
+    let memory = engine.limits().memory_bytes;
+    let secret = |s: &str| {
+        let e = engine.evaluate_reusing(
+            &plugin,
+            &pool,
+            &snapshot("x", &[("mode", "secret"), ("secret", s)]),
+            deadline,
+            memory,
+        );
+        assert_eq!(e.outcome, Outcome::Ok, "{:?}", e.error);
+        e.decision.unwrap().reason
+    };
+    assert_eq!(secret("first"), "saw nothing");
+    assert_eq!(secret("second"), "saw first", "the same instance served both");
+    let trapped = engine.evaluate_reusing(&plugin, &pool, &snapshot("x", &[("mode", "panic")]), deadline, memory);
+    assert_eq!(trapped.outcome, Outcome::Trap);
+    assert_eq!(secret("third"), "saw nothing", "the trapped instance was discarded");
+    let manifest: gavel::rules::Manifest = toml::from_str("reuse_instances = true").unwrap();
+    assert!(manifest.reuse_instances);
+}
+
 #[test]
 fn out_of_contract_results_are_invalid_or_error() {
     let engine = shared_engine();

@@ -44,6 +44,9 @@ pub struct PluginView {
     /// Whether the compiled code came from the compilation cache (a restart
     /// or re-deploy of a known digest) rather than a fresh compilation.
     pub from_cache: bool,
+    /// Instances kept between evaluations (`reuse_instances` in the sidecar):
+    /// faster, but state one evaluation leaves is visible to the next.
+    pub reuse_instances: bool,
     /// Asynchronous evaluations of this version in this process since it loaded.
     pub evaluations: u64,
     /// For shadow plugins: evaluations whose verdict would have set another
@@ -101,6 +104,7 @@ pub async fn plugins(
             quarantined: p.quarantined.load(std::sync::atomic::Ordering::Relaxed),
             consecutive_failures: p.consecutive_failures.load(std::sync::atomic::Ordering::Relaxed),
             from_cache: p.plugin.from_cache,
+            reuse_instances: p.instances.is_some(),
             evaluations: p.evaluations.load(std::sync::atomic::Ordering::Relaxed),
             shadow_disagreements: p.disagreements.load(std::sync::atomic::Ordering::Relaxed),
         })

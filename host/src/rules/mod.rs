@@ -163,6 +163,55 @@ impl RuleEngine {
             .pre
             .instantiate(&mut store)
             .and_then(|rule| rule.call_evaluate(&mut store, snapshot));
+        self.conclude(plugin, &store, result, started, deadline, memory_bytes)
+    }
+
+    /// Evaluates on an instance from `pool` (created on demand), which goes
+    /// back to the pool unless the call trapped, timed out or hit the memory
+    /// cap. The opt-in of `reuse_instances = true`: state a call leaves in
+    /// the guest's memory is visible to later calls.
+    pub fn evaluate_reusing(
+        &self,
+        plugin: &LoadedPlugin,
+        pool: &InstancePool,
+        snapshot: &Snapshot,
+        deadline: Duration,
+        memory_bytes: usize,
+    ) -> Evaluation {
+        let started = Instant::now();
+        let taken = pool.idle.lock().expect("not poisoned").pop();
+        let mut instance = match taken {
+            Some(i) => i,
+            None => {
+                let mut store = self.new_store(&plugin.stamp.name, memory_bytes, deadline);
+                match plugin.pre.instantiate(&mut store) {
+                    Ok(rule) => ReusedInstance { store, rule },
+                    Err(e) => return self.conclude(plugin, &store, Err(e), started, deadline, memory_bytes),
+                }
+            }
+        };
+        instance.store.set_epoch_deadline(self.limits.ticks(deadline));
+        let result = instance.rule.call_evaluate(&mut instance.store, snapshot);
+        let evaluation = self.conclude(plugin, &instance.store, result, started, deadline, memory_bytes);
+        if matches!(evaluation.outcome, Outcome::Ok | Outcome::Error | Outcome::Invalid) {
+            let mut idle = pool.idle.lock().expect("not poisoned");
+            if idle.len() < pool.max_idle {
+                idle.push(instance);
+            }
+        }
+        evaluation
+    }
+
+    /// Turns a call's result into an [`Evaluation`] with its outcome.
+    fn conclude(
+        &self,
+        plugin: &LoadedPlugin,
+        store: &Store<Sandbox>,
+        result: wasmtime::Result<Result<bindings::Decision, String>>,
+        started: Instant,
+        deadline: Duration,
+        memory_bytes: usize,
+    ) -> Evaluation {
         let duration = started.elapsed();
         store.data().flush_output();
         let memory_exceeded = store.data().limiter.exceeded;
@@ -180,10 +229,7 @@ impl RuleEngine {
             Err(_) if memory_exceeded => (
                 Outcome::Memory,
                 None,
-                Some(format!(
-                    "linear memory cap of {} bytes exceeded",
-                    self.limits.memory_bytes
-                )),
+                Some(format!("linear memory cap of {memory_bytes} bytes exceeded")),
             ),
             Err(err) => match err.downcast_ref::<Trap>() {
                 Some(Trap::Interrupt) => (
@@ -253,49 +299,36 @@ impl RuleEngine {
     }
 }
 
-/// One instance kept across evaluations. Faster than a fresh instance per
-/// evaluation, but whatever one call leaves in the guest's memory is visible
-/// to the next: the server never uses it (isolation first); benchmarks use
-/// it to measure what isolation costs.
-pub struct ReusedInstance {
+/// Idle instances of one plugin kept for reuse (`reuse_instances = true`
+/// in its sidecar), at most `max_idle`.
+pub struct InstancePool {
+    idle: std::sync::Mutex<Vec<ReusedInstance>>,
+    max_idle: usize,
+}
+
+impl std::fmt::Debug for InstancePool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let idle = self.idle.lock().map_or(0, |i| i.len());
+        f.debug_struct("InstancePool")
+            .field("idle", &idle)
+            .field("max_idle", &self.max_idle)
+            .finish()
+    }
+}
+
+impl InstancePool {
+    pub fn new(max_idle: usize) -> Self {
+        InstancePool {
+            idle: std::sync::Mutex::new(Vec::new()),
+            max_idle,
+        }
+    }
+}
+
+/// One instance kept across evaluations (see [`InstancePool`]).
+struct ReusedInstance {
     store: Store<Sandbox>,
     rule: bindings::Rule,
-    ticks: u64,
-}
-
-impl RuleEngine {
-    /// Instantiates `plugin` once, for [`ReusedInstance::evaluate`].
-    pub fn reused_instance(&self, plugin: &LoadedPlugin) -> anyhow::Result<ReusedInstance> {
-        let deadline = self.limits.async_deadline;
-        let mut store = self.new_store(&plugin.stamp.name, self.limits.memory_bytes, deadline);
-        let rule = plugin
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| anyhow::anyhow!("instantiating {}: {e:#}", plugin.stamp.name))?;
-        Ok(ReusedInstance {
-            store,
-            rule,
-            ticks: self.limits.ticks(deadline),
-        })
-    }
-}
-
-impl ReusedInstance {
-    /// Calls the rule again on this instance, under the async deadline.
-    pub fn evaluate(&mut self, snapshot: &Snapshot) -> anyhow::Result<Result<Verdict, String>> {
-        self.store.set_epoch_deadline(self.ticks);
-        let raw = self
-            .rule
-            .call_evaluate(&mut self.store, snapshot)
-            .map_err(|e| anyhow::anyhow!("{e:#}"))?;
-        Ok(raw.map(|d| match d.verdict {
-            bindings::Verdict::Allow => Verdict::Allow,
-            bindings::Verdict::Flag => Verdict::Flag,
-            bindings::Verdict::Defer => Verdict::Defer,
-            bindings::Verdict::Hold => Verdict::Hold,
-            bindings::Verdict::Reject => Verdict::Reject,
-        }))
-    }
 }
 
 impl Drop for RuleEngine {

@@ -22,6 +22,12 @@ pub struct Manifest {
     /// Overrides the phases the plugin declares.
     pub phases: Option<Vec<Phase>>,
     pub limits: ManifestLimits,
+    /// Keep instances between evaluations instead of a fresh one each time:
+    /// much faster for rules with a costly start-up (Python: ~1.4 ms → ~25
+    /// µs), at the price of isolation: whatever one evaluation leaves in the
+    /// rule's memory (globals, caches) is visible to the next. An instance
+    /// that trapped, timed out or hit the memory cap is discarded.
+    pub reuse_instances: bool,
     /// Passed to the rule as `snapshot.config` (values as strings; lists comma-joined).
     pub config: toml::Table,
 }
@@ -33,6 +39,7 @@ impl Default for Manifest {
             enabled: true,
             phases: None,
             limits: ManifestLimits::default(),
+            reuse_instances: false,
             config: toml::Table::new(),
         }
     }
@@ -83,6 +90,8 @@ pub struct RegisteredPlugin {
     pub deadline_async: Duration,
     pub deadline_sync: Duration,
     pub memory_bytes: usize,
+    /// Idle instances kept for reuse, when the sidecar opts in.
+    pub instances: Option<super::InstancePool>,
     pub loaded_at_ms: i64,
     /// Failed evaluations in a row (reset by a success).
     pub consecutive_failures: AtomicU32,
@@ -97,6 +106,19 @@ pub struct RegisteredPlugin {
 }
 
 impl RegisteredPlugin {
+    /// Evaluates under this plugin's deadline for `phase` and memory cap, on
+    /// a fresh instance or (when opted in) a reused one.
+    pub fn evaluate(&self, engine: &super::RuleEngine, snapshot: &super::Snapshot, phase: Phase) -> super::Evaluation {
+        let deadline = match phase {
+            Phase::Sync => self.deadline_sync,
+            Phase::Async => self.deadline_async,
+        };
+        match &self.instances {
+            Some(pool) => engine.evaluate_reusing(&self.plugin, pool, snapshot, deadline, self.memory_bytes),
+            None => engine.evaluate_with(&self.plugin, snapshot, deadline, self.memory_bytes),
+        }
+    }
+
     /// Whether this plugin runs in `phase` (enabled, declared, not quarantined).
     pub fn runs_in(&self, phase: Phase) -> bool {
         self.enabled && self.phases.contains(&phase) && !self.quarantined.load(Ordering::Relaxed)
@@ -414,6 +436,10 @@ impl Registry {
                 .sync_deadline_ms
                 .map_or(limits.sync_deadline, Duration::from_millis),
             memory_bytes,
+            // One idle instance per evaluation that can run at once, at most.
+            instances: manifest
+                .reuse_instances
+                .then(|| super::InstancePool::new(limits.max_concurrent_evaluations.clamp(1, 8) as usize)),
             loaded_at_ms: crate::store::now_ms(),
             consecutive_failures: AtomicU32::new(0),
             quarantined: AtomicBool::new(false),
