@@ -120,17 +120,26 @@ impl Postgres {
         let pidfile = dir.join("server.pid");
         let _ = std::fs::remove_file(&pidfile);
         let script = format!(
-            "{} >>{}/pg.log 2>&1 & pg=$!; echo $pg > '{}'; while kill -0 {} 2>/dev/null && kill -0 $pg 2>/dev/null; do sleep 0.5; done; kill -QUIT $pg 2>/dev/null; \
-             if ! kill -0 {} 2>/dev/null; then wait $pg 2>/dev/null; rm -rf '{}'; fi",
-            cmdline.join(" "),
-            dir.display(),
-            pidfile.display(),
-            std::process::id(),
-            std::process::id(),
-            // The static server is never dropped: its directory goes with the test process.
-            dir.display()
+            "{cmd} >>{dir}/pg.log 2>&1 & pg=$!; echo $pg > '{pidfile}'; \
+             while kill -0 {me} 2>/dev/null && kill -0 $pg 2>/dev/null; do sleep 0.5; done; \
+             kill -QUIT $(head -1 '{dir}/data/postmaster.pid' 2>/dev/null) $pg 2>/dev/null; \
+             if ! kill -0 {me} 2>/dev/null; then sleep 1; rm -rf '{dir}'; fi",
+            cmd = cmdline.join(" "),
+            dir = dir.display(),
+            pidfile = pidfile.display(),
+            me = std::process::id(),
         );
-        Command::new("sh").args(["-c", &script]).spawn().unwrap();
+        // The watchdog stops the postmaster itself (`runuser` does not pass
+        // signals on) and, the static server never being dropped, removes
+        // its directory once the test process is gone. It holds none of the
+        // test's output pipes, so it never keeps a runner waiting.
+        Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok(text) = std::fs::read_to_string(&pidfile)
@@ -244,7 +253,13 @@ impl Redis {
             std::process::id()
         );
         let _ = std::fs::remove_file(&pidfile);
-        Command::new("sh").args(["-c", &script]).spawn().unwrap();
+        Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Ok(text) = std::fs::read_to_string(&pidfile)
