@@ -177,7 +177,9 @@ async fn broken_endpoints_dead_letter_and_replay(backend: Backend) {
     let healthy = Receiver::start(SECRET, 7).await;
     let gone = Receiver::start(SECRET, 8).await;
     gone.behaviour.status.store(410, Ordering::Relaxed);
-    let unreachable = format!("http://127.0.0.1:{}/hook", gavel_tests::servers::free_port());
+    // Port 1: nothing listens there (a "free" port could be taken by another
+    // test's server meanwhile).
+    let unreachable = "http://127.0.0.1:1/hook".to_string();
     let s = Arc::new(
         TestServer::start_with(backend, |c| {
             coordinator_for(backend, c, "dead-deliveries");
