@@ -122,8 +122,9 @@ impl Postgres {
         let script = format!(
             "{cmd} >>{dir}/pg.log 2>&1 & pg=$!; echo $pg > '{pidfile}'; \
              while kill -0 {me} 2>/dev/null && kill -0 $pg 2>/dev/null; do sleep 0.5; done; \
+             if ! kill -0 {me} 2>/dev/null; then \
              kill -QUIT $(head -1 '{dir}/data/postmaster.pid' 2>/dev/null) $pg 2>/dev/null; \
-             if ! kill -0 {me} 2>/dev/null; then sleep 1; rm -rf '{dir}'; fi",
+             sleep 1; rm -rf '{dir}'; fi",
             cmd = cmdline.join(" "),
             dir = dir.display(),
             pidfile = pidfile.display(),
@@ -131,8 +132,11 @@ impl Postgres {
         );
         // The watchdog stops the postmaster itself (`runuser` does not pass
         // signals on) and, the static server never being dropped, removes
-        // its directory once the test process is gone. It holds none of the
-        // test's output pipes, so it never keeps a runner waiting.
+        // its directory once the test process is gone. When its own server
+        // stopped first (`restart_immediate`) it only exits: the pid file
+        // then names the next server, which its own watchdog follows. It
+        // holds none of the test's output pipes, so it never keeps a runner
+        // waiting.
         Command::new("sh")
             .args(["-c", &script])
             .stdin(Stdio::null())
