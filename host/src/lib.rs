@@ -115,9 +115,12 @@ pub async fn serve_with_metrics(
         }
     };
     let coordinator = coordinator::open(config.redis_url.as_deref(), &config.redis_prefix).await?;
+    // Submissions and evaluation commits share transactions (group commit).
+    let writes = store::Writes::start(store.clone(), &metrics);
     let (scheduler, worker) = worker::start(
         &config,
         store.clone(),
+        writes.clone(),
         coordinator.clone(),
         registry.clone(),
         metrics.clone(),
@@ -126,6 +129,7 @@ pub async fn serve_with_metrics(
     let state = api::AppState::new(
         config.clone(),
         store.clone(),
+        writes,
         registry.clone(),
         scheduler,
         metrics.clone(),

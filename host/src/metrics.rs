@@ -49,6 +49,12 @@ pub struct ResultLabel {
     pub result: &'static str,
 }
 
+/// `kind` label (group commit: submissions, evaluations).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabel {
+    pub kind: &'static str,
+}
+
 /// Registers `metric` as `gavel_NAME` and remembers the name.
 fn reg(
     registry: &mut Registry,
@@ -122,6 +128,11 @@ pub struct Metrics {
     pub provider_callbacks: Family<OutcomeLabel, Counter>,
     /// Items sent to review because a provider never answered.
     pub provider_timeouts: Counter,
+    /// Store transactions taken by group commit, by kind of write.
+    pub store_batches: Family<KindLabel, Counter>,
+    /// Writes committed through group commit, by kind (divided by
+    /// `store_batches`: the mean batch size).
+    pub store_batched_writes: Family<KindLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -327,6 +338,22 @@ impl Metrics {
             "Items held for review because a provider never answered",
             provider_timeouts.clone(),
         );
+        let store_batches = Family::<KindLabel, Counter>::default();
+        reg(
+            &mut registry,
+            &mut names,
+            "store_batches",
+            "Store transactions taken by group commit, by kind of write",
+            store_batches.clone(),
+        );
+        let store_batched_writes = Family::<KindLabel, Counter>::default();
+        reg(
+            &mut registry,
+            &mut names,
+            "store_batched_writes",
+            "Writes committed through group commit, by kind",
+            store_batched_writes.clone(),
+        );
         Metrics {
             registry,
             names,
@@ -335,6 +362,8 @@ impl Metrics {
             provider_requests,
             provider_callbacks,
             provider_timeouts,
+            store_batches,
+            store_batched_writes,
             submissions,
             idempotency_replays,
             fingerprint_duplicates,

@@ -11,7 +11,7 @@ use crate::judge::{judge, snapshot_of, status_for};
 use crate::metrics::Metrics;
 use crate::rules::{Phase, Registry};
 use crate::status::{Actor, ItemStatus};
-use crate::store::{CommitOutcome, EvaluationCommit, SharedStore, StoreError, now_ms};
+use crate::store::{CommitOutcome, EvaluationCommit, SharedStore, StoreError, Writes, now_ms};
 use crate::verdict::Verdict;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -74,6 +74,8 @@ impl WorkerHandle {
 
 struct Worker {
     store: SharedStore,
+    /// Evaluation commits go through group commit.
+    writes: Writes,
     coordinator: SharedCoordinator,
     registry: Arc<Registry>,
     evaluation: Arc<EvaluationConfig>,
@@ -90,6 +92,7 @@ struct Worker {
 pub fn start(
     config: &Config,
     store: SharedStore,
+    writes: Writes,
     coordinator: SharedCoordinator,
     registry: Arc<Registry>,
     metrics: Arc<Metrics>,
@@ -99,6 +102,7 @@ pub fn start(
     let scheduler = Scheduler::new(coordinator.clone(), evaluation.clone());
     let worker = Arc::new(Worker {
         store,
+        writes,
         coordinator,
         registry,
         evaluation,
@@ -450,7 +454,7 @@ impl Worker {
             to = %to.map_or(item.status, |t| t),
             correlation_id = %commit.correlation_id
         );
-        match self.store.commit_evaluation(&commit).instrument(span).await? {
+        match self.writes.commit_evaluation(commit).instrument(span).await? {
             CommitOutcome::Transitioned { version } => {
                 self.count_commit(combined);
                 tracing::info!(item = id, from = %item.status, to = %target, version, "item.transition");

@@ -96,6 +96,9 @@ async fn metrics_move_with_the_workload() {
     );
     assert_eq!(get(&after, "gavel_submissions_total{outcome=replayed}"), 1.0);
     assert_eq!(get(&after, "gavel_submissions_total{outcome=accepted}"), 1.0);
+    // The accepted one went through group commit (the replay wrote nothing).
+    assert_eq!(get(&after, "gavel_store_batched_writes_total{kind=submissions}"), 1.0);
+    assert_eq!(get(&after, "gavel_store_batches_total{kind=submissions}"), 1.0);
     // A sync-phase rejection is counted as such.
     assert_eq!(submit(&s, "m2", "scamcoin", None).await.status(), 202);
     assert_eq!(

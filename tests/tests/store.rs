@@ -41,7 +41,11 @@ fn new_item(id: &str) -> NewItem {
 }
 
 async fn create(store: &SharedStore, id: &str) -> Item {
-    match store.create_item(&new_item(id), &[], None).await.unwrap() {
+    create_with(store, new_item(id)).await
+}
+
+async fn create_with(store: &SharedStore, item: NewItem) -> Item {
+    match store.create_item(&item, &[], None).await.unwrap() {
         CreateOutcome::Created(item) => item,
         other => panic!("{other:?}"),
     }
@@ -458,6 +462,169 @@ async fn review_queue_pages_without_gaps(store: SharedStore) {
     assert_eq!(seen.len(), 7, "no item twice");
 }
 
+/// Group commit: a batch of submissions in one transaction gives each its
+/// own outcome, in order; a duplicate `external_id` (even one earlier in
+/// the same batch) writes nothing and does not stop the others.
+async fn batched_submissions_keep_each_outcome(store: SharedStore) {
+    let mut taken = new_item("item-b0");
+    taken.external_id = Some("ext-0".into());
+    create_with(&store, taken).await;
+    let write = |id: &str, external: Option<&str>| ItemWrite {
+        item: NewItem {
+            external_id: external.map(Into::into),
+            ..new_item(id)
+        },
+        decisions: vec![decision("sync")],
+        response: None,
+    };
+    let batch = [
+        write("item-b1", Some("ext-1")),
+        write("item-b2", Some("ext-0")),
+        write("item-b3", None),
+        write("item-b4", Some("ext-1")),
+    ];
+    let outcomes = store.create_items(&batch).await.unwrap();
+    assert_eq!(outcomes.len(), 4);
+    assert!(matches!(&outcomes[0], CreateOutcome::Created(i) if i.id == "item-b1"));
+    assert_eq!(
+        outcomes[1],
+        CreateOutcome::DuplicateExternalId {
+            existing_id: "item-b0".into()
+        }
+    );
+    assert!(matches!(&outcomes[2], CreateOutcome::Created(i) if i.id == "item-b3"));
+    assert_eq!(
+        outcomes[3],
+        CreateOutcome::DuplicateExternalId {
+            existing_id: "item-b1".into()
+        }
+    );
+    for (id, exists) in [
+        ("item-b1", true),
+        ("item-b2", false),
+        ("item-b3", true),
+        ("item-b4", false),
+    ] {
+        let details = store.item_details(id).await.unwrap();
+        assert_eq!(details.is_some(), exists, "{id}");
+        if let Some(d) = details {
+            assert_eq!(d.transitions.len(), 1, "{id}: one creation audit row");
+            assert_eq!(d.decisions.len(), 1, "{id}: its sync decision");
+        }
+    }
+    // Each created item has its own outbox event.
+    assert_eq!(changes_of(&store, "item-b1", 1).await.len(), 1);
+    assert_eq!(changes_of(&store, "item-b3", 1).await.len(), 1);
+}
+
+/// Group commit: a batch of evaluation commits keeps every fence; a stale
+/// one in the middle writes nothing and the others apply.
+async fn batched_evaluation_commits_are_each_fenced(store: SharedStore) {
+    for id in ["item-e1", "item-e2", "item-e3"] {
+        create(&store, id).await;
+    }
+    // item-e2 moved on (a moderator) since its snapshot.
+    let manual = request(
+        "item-e2",
+        1,
+        ItemStatus::PendingScan,
+        ItemStatus::Visible,
+        Actor::Moderator,
+    );
+    assert_eq!(
+        store.transition(&manual).await.unwrap(),
+        Transition::Applied { version: 2 }
+    );
+    let commit = |id: &str, to: Option<ItemStatus>| EvaluationCommit {
+        item_id: id.into(),
+        snapshot_version: 1,
+        snapshot_event_seq: 0,
+        from: ItemStatus::PendingScan,
+        to,
+        decisions: vec![decision("r")],
+        reason: "r".into(),
+        correlation_id: format!("c-{id}"),
+        now: now_ms(),
+        handoff: None,
+    };
+    let outcomes = store
+        .commit_evaluations(&[
+            commit("item-e1", Some(ItemStatus::HeldForReview)),
+            commit("item-e2", Some(ItemStatus::Rejected)),
+            commit("item-e3", None),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        outcomes,
+        [
+            CommitOutcome::Transitioned { version: 2 },
+            CommitOutcome::Stale,
+            CommitOutcome::Recorded
+        ]
+    );
+    let e1 = store.item_details("item-e1").await.unwrap().unwrap();
+    assert_eq!(e1.item.status, ItemStatus::HeldForReview);
+    assert_eq!(e1.transitions.len(), 2);
+    assert_eq!(e1.decisions.len(), 1);
+    let e2 = store.item_details("item-e2").await.unwrap().unwrap();
+    assert_eq!(e2.item.status, ItemStatus::Visible);
+    assert!(e2.decisions.is_empty(), "a stale commit in a batch writes nothing");
+    let e3 = store.item_details("item-e3").await.unwrap().unwrap();
+    assert_eq!(e3.item.status, ItemStatus::PendingScan);
+    assert_eq!(e3.item.needs_eval_since, None);
+    assert_eq!(e3.decisions.len(), 1);
+}
+
+/// Group commit through [`Writes`]: many concurrent submissions share
+/// transactions; one that cannot commit (its id is taken) fails alone, and
+/// every other one is stored with its audit row.
+async fn a_failing_write_fails_alone_in_a_group_commit(store: SharedStore) {
+    create(&store, "item-g-taken").await;
+    let writes = Writes::start(store.clone(), &gavel::metrics::Metrics::new());
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..200 {
+        let writes = writes.clone();
+        let id = if i == 100 {
+            "item-g-taken".to_string()
+        } else {
+            format!("item-g{i}")
+        };
+        tasks.spawn(async move {
+            let outcome = writes
+                .create_item(ItemWrite {
+                    item: new_item(&id),
+                    decisions: Vec::new(),
+                    response: None,
+                })
+                .await;
+            (id, outcome)
+        });
+    }
+    let mut failed = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        let (id, outcome) = r.unwrap();
+        match outcome {
+            Ok(CreateOutcome::Created(item)) => assert_eq!(item.id, id),
+            Ok(other) => panic!("{id}: {other:?}"),
+            Err(_) => failed.push(id),
+        }
+    }
+    assert_eq!(failed, ["item-g-taken"]);
+    let (batches, writes_taken) = writes.item_counts();
+    assert_eq!(writes_taken, 200);
+    assert!(
+        batches < 200,
+        "concurrent writes shared transactions ({batches} batches)"
+    );
+    for i in (0..200).filter(|i| *i != 100) {
+        let d = store.item_details(&format!("item-g{i}")).await.unwrap().unwrap();
+        assert_eq!(d.transitions.len(), 1);
+    }
+    let taken = store.item_details("item-g-taken").await.unwrap().unwrap();
+    assert_eq!(taken.transitions.len(), 1, "the first item is untouched");
+}
+
 macro_rules! store_suite {
     ($($test:ident),* $(,)?) => {
         mod sqlite {
@@ -487,4 +654,7 @@ store_suite!(
     idempotency_keys_claim_replay_and_expire,
     external_ids_are_unique_per_client,
     review_queue_pages_without_gaps,
+    batched_submissions_keep_each_outcome,
+    batched_evaluation_commits_are_each_fenced,
+    a_failing_write_fails_alone_in_a_group_commit,
 );

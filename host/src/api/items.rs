@@ -10,7 +10,7 @@ use crate::rules::Phase;
 use crate::status::ItemStatus;
 use crate::store::{
     CreateOutcome, DecisionRecord, EventKind, EventOutcome, IdempotencyClaim, IdempotencyResponse, IdempotencyStart,
-    Item, NewEvent, NewItem, SnapshotData, TransitionRecord, now_ms,
+    Item, ItemWrite, NewEvent, NewItem, SnapshotData, TransitionRecord, now_ms,
 };
 use crate::verdict::Verdict;
 use axum::extract::State;
@@ -465,7 +465,12 @@ async fn create(
         status: StatusCode::ACCEPTED.as_u16(),
         body: body.clone(),
     });
-    match state.store.create_item(&new, &decisions, response.as_ref()).await? {
+    let write = ItemWrite {
+        item: new,
+        decisions,
+        response,
+    };
+    match state.writes.create_item(write).await? {
         CreateOutcome::Created(item) => {
             if item.needs_eval_since.is_some() {
                 state.scheduler.schedule(&item.id, "submit").await;

@@ -18,7 +18,7 @@ pub use providers::CallbackResponse;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::rules::Registry;
-use crate::store::SharedStore;
+use crate::store::{SharedStore, Writes};
 use crate::worker::Scheduler;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -39,6 +39,8 @@ pub type RateLimiter = DefaultKeyedRateLimiter<String>;
 pub struct AppState {
     pub config: Arc<Config>,
     pub store: SharedStore,
+    /// The store's group-committed writes (submissions).
+    pub writes: Writes,
     pub registry: Arc<Registry>,
     pub scheduler: Scheduler,
     /// Everything `/metrics` exports (the queue lag drives degraded mode).
@@ -52,6 +54,7 @@ impl AppState {
     pub fn new(
         config: Arc<Config>,
         store: SharedStore,
+        writes: Writes,
         registry: Arc<Registry>,
         scheduler: Scheduler,
         metrics: Arc<Metrics>,
@@ -67,6 +70,7 @@ impl AppState {
             author_limiter: Arc::new(RateLimiter::keyed(quota(i.author_rate_per_second, i.author_burst))),
             config,
             store,
+            writes,
             registry,
             scheduler,
             metrics,

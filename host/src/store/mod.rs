@@ -3,11 +3,13 @@
 //! (`sql.rs`); every state change is one conditional write with its audit
 //! row in the same transaction.
 
+mod group;
 mod postgres;
 mod rows;
 mod sql;
 mod sqlite;
 
+pub use group::{GroupCommit, Writes};
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
@@ -18,7 +20,7 @@ use serde::Serialize;
 use std::sync::Arc;
 
 /// A store error. Bad input never gets here: callers validate first.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The database cannot be reached right now (down, restarting, pool
     /// exhausted). The API answers 503 with `Retry-After`.
@@ -168,6 +170,15 @@ pub struct NewItem {
     pub reason: String,
     pub correlation_id: String,
     pub now: Millis,
+}
+
+/// One submission to store: the item, its sync-phase decisions and (for an
+/// idempotent request) the response to keep. See [`ItemStore::create_items`].
+#[derive(Debug, Clone)]
+pub struct ItemWrite {
+    pub item: NewItem,
+    pub decisions: Vec<NewDecision>,
+    pub response: Option<IdempotencyResponse>,
 }
 
 /// A decision row to insert.
@@ -710,6 +721,11 @@ pub trait ItemStore: Send + Sync + 'static {
         response: Option<&IdempotencyResponse>,
     ) -> StoreResult<CreateOutcome>;
 
+    /// [`create_item`](Self::create_item) for each write, in order, in one
+    /// transaction (group commit). A duplicate `external_id` is an outcome,
+    /// not an error; any error rolls the whole batch back.
+    async fn create_items(&self, batch: &[ItemWrite]) -> StoreResult<Vec<CreateOutcome>>;
+
     async fn item(&self, id: &str) -> StoreResult<Option<Item>>;
 
     async fn item_details(&self, id: &str) -> StoreResult<Option<ItemDetails>>;
@@ -734,6 +750,11 @@ pub trait ItemStore: Send + Sync + 'static {
     /// Commits an evaluation (decisions, conditional status change,
     /// transition row, clearing `needs_eval_since`) in one transaction.
     async fn commit_evaluation(&self, commit: &EvaluationCommit) -> StoreResult<CommitOutcome>;
+
+    /// [`commit_evaluation`](Self::commit_evaluation) for each commit, in
+    /// order, in one transaction (group commit). A stale commit is an
+    /// outcome, not an error; any error rolls the whole batch back.
+    async fn commit_evaluations(&self, batch: &[EvaluationCommit]) -> StoreResult<Vec<CommitOutcome>>;
 
     /// Items waiting for evaluation since before `before`, oldest first.
     async fn pending_evaluations(&self, before: Millis, limit: i64) -> StoreResult<Vec<String>>;

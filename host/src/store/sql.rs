@@ -542,6 +542,144 @@ macro_rules! impl_store {
             Ok(Some((item, counters)))
         }
 
+        /// Inserts one item with its creation transition, sync decisions and
+        /// idempotent response in the caller's transaction. A duplicate
+        /// `external_id` writes nothing, so a batch can go on past it.
+        async fn create_in(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            item: &NewItem,
+            decisions: &[NewDecision],
+            response: Option<&IdempotencyResponse>,
+        ) -> StoreResult<CreateOutcome> {
+            let inserted = sqlx::query(INSERT_ITEM)
+                .bind(&item.id)
+                .bind(&item.client)
+                .bind(item.external_id.as_deref())
+                .bind(&item.kind)
+                .bind(&item.author)
+                .bind(&item.body)
+                .bind(&item.context)
+                .bind(&item.fingerprint)
+                .bind(item.status.as_str())
+                .bind((item.status != crate::status::ItemStatus::PendingScan).then_some("system"))
+                .bind(item.sync_verdict.map(|v| v.as_str()))
+                .bind(item.needs_eval.then_some(item.now))
+                .bind(item.now)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected();
+            if inserted == 0 {
+                let existing_id: String = sqlx::query_scalar(ITEM_BY_EXTERNAL_ID)
+                    .bind(&item.client)
+                    .bind(item.external_id.as_deref())
+                    .fetch_one(&mut **tx)
+                    .await?;
+                // Nothing was written: the caller's transaction goes on.
+                return Ok(CreateOutcome::DuplicateExternalId { existing_id });
+            }
+            insert_transition(
+                tx,
+                &item.id,
+                crate::status::ItemStatus::Received,
+                item.status,
+                1,
+                &item.cause,
+                crate::status::Actor::System,
+                None,
+                &item.reason,
+                &item.correlation_id,
+                item.now,
+            )
+            .await?;
+            insert_decisions(tx, &item.id, 1, decisions).await?;
+            if let Some(r) = response {
+                complete_idempotency(tx, r).await?;
+            }
+            let created = Item {
+                id: item.id.clone(),
+                client: item.client.clone(),
+                external_id: item.external_id.clone(),
+                kind: item.kind.clone(),
+                author: item.author.clone(),
+                body: item.body.clone(),
+                context: item.context.clone(),
+                fingerprint: item.fingerprint.clone(),
+                status: item.status,
+                version: 1,
+                decided_by: (item.status != crate::status::ItemStatus::PendingScan)
+                    .then_some(crate::status::Actor::System),
+                sync_verdict: item.sync_verdict,
+                needs_eval_since: item.needs_eval.then_some(item.now),
+                event_seq: 0,
+                evaluated_seq: 0,
+                created_at: item.now,
+                updated_at: item.now,
+            };
+            Ok(CreateOutcome::Created(created))
+        }
+
+        /// Commits one evaluation in the caller's transaction: a conditional
+        /// write fenced by version (and status), then its decisions. A stale
+        /// evaluation writes nothing, so a batch can go on past it.
+        async fn commit_in(tx: &mut sqlx::Transaction<'_, $db>, c: &EvaluationCommit) -> StoreResult<CommitOutcome> {
+            let outcome = match c.to {
+                Some(to) => {
+                    let version: Option<i64> = sqlx::query_scalar(COMMIT_TRANSITION)
+                        .bind(to.as_str())
+                        .bind(c.now)
+                        .bind(c.snapshot_event_seq)
+                        .bind(&c.item_id)
+                        .bind(c.snapshot_version)
+                        .bind(c.from.as_str())
+                        .fetch_optional(&mut **tx)
+                        .await?;
+                    match version {
+                        Some(version) => {
+                            insert_transition(
+                                tx,
+                                &c.item_id,
+                                c.from,
+                                to,
+                                version,
+                                "evaluation",
+                                crate::status::Actor::Rules,
+                                None,
+                                &c.reason,
+                                &c.correlation_id,
+                                c.now,
+                            )
+                            .await?;
+                            let handoff = c
+                                .handoff
+                                .as_ref()
+                                .filter(|_| to == crate::status::ItemStatus::AwaitingProvider);
+                            settle_provider_requests(tx, &c.item_id, c.from, version, handoff, c.now).await?;
+                            CommitOutcome::Transitioned { version }
+                        }
+                        None => CommitOutcome::Stale,
+                    }
+                }
+                None => {
+                    let updated = sqlx::query(COMMIT_RECORD)
+                        .bind(c.snapshot_event_seq)
+                        .bind(&c.item_id)
+                        .bind(c.snapshot_version)
+                        .execute(&mut **tx)
+                        .await?
+                        .rows_affected();
+                    if updated == 1 {
+                        CommitOutcome::Recorded
+                    } else {
+                        CommitOutcome::Stale
+                    }
+                }
+            };
+            if outcome != CommitOutcome::Stale {
+                insert_decisions(tx, &c.item_id, c.snapshot_version, &c.decisions).await?;
+            }
+            Ok(outcome)
+        }
+
         /// Stores an idempotent request's response in its effect's transaction.
         async fn complete_idempotency(tx: &mut sqlx::Transaction<'_, $db>, r: &IdempotencyResponse) -> StoreResult<()> {
             sqlx::query(IDEMPOTENCY_DONE)
@@ -655,72 +793,20 @@ macro_rules! impl_store {
             ) -> StoreResult<CreateOutcome> {
                 let $s = self;
                 let mut tx = $begin.await?;
-                let inserted = sqlx::query(INSERT_ITEM)
-                    .bind(&item.id)
-                    .bind(&item.client)
-                    .bind(item.external_id.as_deref())
-                    .bind(&item.kind)
-                    .bind(&item.author)
-                    .bind(&item.body)
-                    .bind(&item.context)
-                    .bind(&item.fingerprint)
-                    .bind(item.status.as_str())
-                    .bind((item.status != crate::status::ItemStatus::PendingScan).then_some("system"))
-                    .bind(item.sync_verdict.map(|v| v.as_str()))
-                    .bind(item.needs_eval.then_some(item.now))
-                    .bind(item.now)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                if inserted == 0 {
-                    let existing_id: String = sqlx::query_scalar(ITEM_BY_EXTERNAL_ID)
-                        .bind(&item.client)
-                        .bind(item.external_id.as_deref())
-                        .fetch_one(&mut *tx)
-                        .await?;
-                    tx.rollback().await?;
-                    return Ok(CreateOutcome::DuplicateExternalId { existing_id });
-                }
-                insert_transition(
-                    &mut tx,
-                    &item.id,
-                    crate::status::ItemStatus::Received,
-                    item.status,
-                    1,
-                    &item.cause,
-                    crate::status::Actor::System,
-                    None,
-                    &item.reason,
-                    &item.correlation_id,
-                    item.now,
-                )
-                .await?;
-                insert_decisions(&mut tx, &item.id, 1, decisions).await?;
-                if let Some(r) = response {
-                    complete_idempotency(&mut tx, r).await?;
+                let outcome = create_in(&mut tx, item, decisions, response).await?;
+                tx.commit().await?;
+                Ok(outcome)
+            }
+
+            async fn create_items(&self, batch: &[ItemWrite]) -> StoreResult<Vec<CreateOutcome>> {
+                let $s = self;
+                let mut tx = $begin.await?;
+                let mut outcomes = Vec::with_capacity(batch.len());
+                for w in batch {
+                    outcomes.push(create_in(&mut tx, &w.item, &w.decisions, w.response.as_ref()).await?);
                 }
                 tx.commit().await?;
-                let created = Item {
-                    id: item.id.clone(),
-                    client: item.client.clone(),
-                    external_id: item.external_id.clone(),
-                    kind: item.kind.clone(),
-                    author: item.author.clone(),
-                    body: item.body.clone(),
-                    context: item.context.clone(),
-                    fingerprint: item.fingerprint.clone(),
-                    status: item.status,
-                    version: 1,
-                    decided_by: (item.status != crate::status::ItemStatus::PendingScan)
-                        .then_some(crate::status::Actor::System),
-                    sync_verdict: item.sync_verdict,
-                    needs_eval_since: item.needs_eval.then_some(item.now),
-                    event_seq: 0,
-                    evaluated_seq: 0,
-                    created_at: item.now,
-                    updated_at: item.now,
-                };
-                Ok(CreateOutcome::Created(created))
+                Ok(outcomes)
             }
 
             async fn item(&self, id: &str) -> StoreResult<Option<Item>> {
@@ -947,65 +1033,20 @@ macro_rules! impl_store {
             async fn commit_evaluation(&self, c: &EvaluationCommit) -> StoreResult<CommitOutcome> {
                 let $s = self;
                 let mut tx = $begin.await?;
-                let outcome = match c.to {
-                    Some(to) => {
-                        let version: Option<i64> = sqlx::query_scalar(COMMIT_TRANSITION)
-                            .bind(to.as_str())
-                            .bind(c.now)
-                            .bind(c.snapshot_event_seq)
-                            .bind(&c.item_id)
-                            .bind(c.snapshot_version)
-                            .bind(c.from.as_str())
-                            .fetch_optional(&mut *tx)
-                            .await?;
-                        match version {
-                            Some(version) => {
-                                insert_transition(
-                                    &mut tx,
-                                    &c.item_id,
-                                    c.from,
-                                    to,
-                                    version,
-                                    "evaluation",
-                                    crate::status::Actor::Rules,
-                                    None,
-                                    &c.reason,
-                                    &c.correlation_id,
-                                    c.now,
-                                )
-                                .await?;
-                                let handoff = c
-                                    .handoff
-                                    .as_ref()
-                                    .filter(|_| to == crate::status::ItemStatus::AwaitingProvider);
-                                settle_provider_requests(&mut tx, &c.item_id, c.from, version, handoff, c.now).await?;
-                                CommitOutcome::Transitioned { version }
-                            }
-                            None => CommitOutcome::Stale,
-                        }
-                    }
-                    None => {
-                        let updated = sqlx::query(COMMIT_RECORD)
-                            .bind(c.snapshot_event_seq)
-                            .bind(&c.item_id)
-                            .bind(c.snapshot_version)
-                            .execute(&mut *tx)
-                            .await?
-                            .rows_affected();
-                        if updated == 1 {
-                            CommitOutcome::Recorded
-                        } else {
-                            CommitOutcome::Stale
-                        }
-                    }
-                };
-                if outcome == CommitOutcome::Stale {
-                    tx.rollback().await?;
-                    return Ok(outcome);
-                }
-                insert_decisions(&mut tx, &c.item_id, c.snapshot_version, &c.decisions).await?;
+                let outcome = commit_in(&mut tx, c).await?;
                 tx.commit().await?;
                 Ok(outcome)
+            }
+
+            async fn commit_evaluations(&self, batch: &[EvaluationCommit]) -> StoreResult<Vec<CommitOutcome>> {
+                let $s = self;
+                let mut tx = $begin.await?;
+                let mut outcomes = Vec::with_capacity(batch.len());
+                for c in batch {
+                    outcomes.push(commit_in(&mut tx, c).await?);
+                }
+                tx.commit().await?;
+                Ok(outcomes)
             }
 
             async fn pending_evaluations(&self, before: Millis, limit: i64) -> StoreResult<Vec<String>> {

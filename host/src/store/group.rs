@@ -1,0 +1,196 @@
+//! Group commit. Concurrent submissions, and concurrent evaluation commits,
+//! are gathered into batches that each take one store transaction: one
+//! `BEGIN`/`COMMIT` and one WAL commit for many items instead of one each.
+//! Every write in a batch is still its own conditional write with its audit
+//! row; the batch only shares the transaction that makes them durable, and
+//! each caller is answered after that transaction commits.
+//!
+//! A write waits only while the batch before it commits: an idle store
+//! commits a batch of one at once, a busy one gathers whatever queued
+//! meanwhile (up to [`MAX_BATCH`]). A batch that fails is retried one write
+//! at a time, so a write that cannot commit fails alone.
+
+use super::{
+    CommitOutcome, CreateOutcome, EvaluationCommit, ItemStore, ItemWrite, SharedStore, StoreError, StoreResult,
+};
+use crate::metrics::{KindLabel, Metrics};
+use prometheus_client::metrics::counter::Counter;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+/// The most writes one transaction takes.
+pub const MAX_BATCH: usize = 256;
+
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Commits a batch in one transaction (an [`ItemStore`] batch method).
+type CommitFn<R, O> = for<'a> fn(&'a dyn ItemStore, &'a [R]) -> BoxFuture<'a, StoreResult<Vec<O>>>;
+
+type Job<R, O> = (R, oneshot::Sender<StoreResult<O>>);
+
+/// A queue of writes of one kind, committed in batches.
+pub struct GroupCommit<R, O> {
+    queue: mpsc::Sender<Job<R, O>>,
+    /// Transactions taken and writes committed (`/metrics`).
+    batches: Counter,
+    writes: Counter,
+}
+
+impl<R, O> Clone for GroupCommit<R, O> {
+    fn clone(&self) -> Self {
+        GroupCommit {
+            queue: self.queue.clone(),
+            batches: self.batches.clone(),
+            writes: self.writes.clone(),
+        }
+    }
+}
+
+impl<R: Send + Sync + 'static, O: Send + 'static> GroupCommit<R, O> {
+    /// Starts the batching task: at most `writers` batches commit at once.
+    /// It ends when the last handle is dropped.
+    fn start(store: SharedStore, commit: CommitFn<R, O>, writers: usize, batches: Counter, writes: Counter) -> Self {
+        let (queue, mut jobs) = mpsc::channel::<Job<R, O>>(MAX_BATCH * 4);
+        let (batches_taken, writes_taken) = (batches.clone(), writes.clone());
+        tokio::spawn(async move {
+            let writers = Arc::new(Semaphore::new(writers.max(1)));
+            loop {
+                let permit = writers
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .expect("the semaphore is never closed");
+                let Some(first) = jobs.recv().await else { break };
+                let mut batch = vec![first];
+                while batch.len() < MAX_BATCH {
+                    match jobs.try_recv() {
+                        Ok(job) => batch.push(job),
+                        Err(_) => break,
+                    }
+                }
+                batches_taken.inc();
+                writes_taken.inc_by(batch.len() as u64);
+                let store = store.clone();
+                tokio::spawn(async move {
+                    run(&*store, commit, batch).await;
+                    drop(permit);
+                });
+            }
+        });
+        GroupCommit { queue, batches, writes }
+    }
+
+    /// (batches, writes) taken so far: their ratio is the mean batch size.
+    pub fn counts(&self) -> (u64, u64) {
+        (self.batches.get(), self.writes.get())
+    }
+
+    /// Queues `write` and waits until the transaction holding it committed
+    /// (or failed).
+    pub async fn submit(&self, write: R) -> StoreResult<O> {
+        let (reply, answer) = oneshot::channel();
+        self.queue
+            .send((write, reply))
+            .await
+            .map_err(|_| StoreError::Unavailable("the store's writer has stopped".into()))?;
+        answer
+            .await
+            .map_err(|_| StoreError::Unavailable("the store's writer has stopped".into()))?
+    }
+}
+
+/// Commits `batch` in one transaction; if that fails and the database is up,
+/// commits each write on its own so that only the failing ones fail.
+async fn run<R, O>(store: &dyn ItemStore, commit: CommitFn<R, O>, batch: Vec<Job<R, O>>) {
+    let (writes, replies): (Vec<R>, Vec<_>) = batch.into_iter().unzip();
+    match commit(store, &writes).await {
+        Ok(outcomes) => {
+            debug_assert_eq!(outcomes.len(), writes.len(), "one outcome per write");
+            for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                // The caller may have gone (client disconnected): its write stands.
+                let _ = reply.send(Ok(outcome));
+            }
+        }
+        Err(e) if writes.len() == 1 || matches!(e, StoreError::Unavailable(_)) => {
+            for reply in replies {
+                let _ = reply.send(Err(e.clone()));
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, writes = writes.len(), "a batched commit failed; committing its writes one by one");
+            for (write, reply) in writes.iter().zip(replies) {
+                let outcome = commit(store, std::slice::from_ref(write)).await.and_then(|mut o| {
+                    o.pop()
+                        .ok_or_else(|| StoreError::Database("no outcome for a write".into()))
+                });
+                let _ = reply.send(outcome);
+            }
+        }
+    }
+}
+
+fn create_items<'a>(
+    store: &'a dyn ItemStore,
+    batch: &'a [ItemWrite],
+) -> BoxFuture<'a, StoreResult<Vec<CreateOutcome>>> {
+    store.create_items(batch)
+}
+
+fn commit_evaluations<'a>(
+    store: &'a dyn ItemStore,
+    batch: &'a [EvaluationCommit],
+) -> BoxFuture<'a, StoreResult<Vec<CommitOutcome>>> {
+    store.commit_evaluations(batch)
+}
+
+/// The group-committed writes of the hot paths: submissions and
+/// evaluation commits. Cheap to clone.
+#[derive(Clone)]
+pub struct Writes {
+    items: GroupCommit<ItemWrite, CreateOutcome>,
+    evaluations: GroupCommit<EvaluationCommit, CommitOutcome>,
+}
+
+impl Writes {
+    /// Starts the batching tasks for `store`. SQLite has one writer, so one
+    /// batch at a time; PostgreSQL commits a few batches in parallel to
+    /// overlap their network round trips.
+    pub fn start(store: SharedStore, metrics: &Metrics) -> Self {
+        let writers = if store.backend() == "sqlite" { 1 } else { 4 };
+        let counters = |kind| {
+            let label = KindLabel { kind };
+            (
+                metrics.store_batches.get_or_create(&label).clone(),
+                metrics.store_batched_writes.get_or_create(&label).clone(),
+            )
+        };
+        let (item_batches, item_writes) = counters("submissions");
+        let (eval_batches, eval_writes) = counters("evaluations");
+        Writes {
+            items: GroupCommit::start(store.clone(), create_items, writers, item_batches, item_writes),
+            evaluations: GroupCommit::start(store, commit_evaluations, writers, eval_batches, eval_writes),
+        }
+    }
+
+    /// [`ItemStore::create_item`], group-committed.
+    pub async fn create_item(&self, write: ItemWrite) -> StoreResult<CreateOutcome> {
+        self.items.submit(write).await
+    }
+
+    /// (batches, writes) of submissions so far.
+    pub fn item_counts(&self) -> (u64, u64) {
+        self.items.counts()
+    }
+
+    /// (batches, writes) of evaluation commits so far.
+    pub fn evaluation_counts(&self) -> (u64, u64) {
+        self.evaluations.counts()
+    }
+
+    /// [`ItemStore::commit_evaluation`], group-committed.
+    pub async fn commit_evaluation(&self, commit: EvaluationCommit) -> StoreResult<CommitOutcome> {
+        self.evaluations.submit(commit).await
+    }
+}
