@@ -137,29 +137,9 @@ impl Postgres {
         // then names the next server, which its own watchdog follows. It
         // holds none of the test's output pipes, so it never keeps a runner
         // waiting.
-        Command::new("sh")
-            .args(["-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(text) = std::fs::read_to_string(&pidfile)
-                && let Ok(pid) = text.trim().parse::<u32>()
-                && std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
-            {
-                *self.pid.lock().unwrap() = Some(pid);
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "PostgreSQL did not start; see {}/pg.log",
-                dir.display()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let pid = spawn_watched(&script, &pidfile, self.port, Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("PostgreSQL did not start; see {}/pg.log", dir.display()));
+        *self.pid.lock().unwrap() = Some(pid);
     }
 
     /// Restarts the server in immediate mode (SIGQUIT: no checkpoint, crash
@@ -257,25 +237,9 @@ impl Redis {
             std::process::id()
         );
         let _ = std::fs::remove_file(&pidfile);
-        Command::new("sh")
-            .args(["-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Ok(text) = std::fs::read_to_string(&pidfile)
-                && let Ok(pid) = text.trim().parse::<u32>()
-                && std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok()
-            {
-                *self.pid.lock().unwrap() = Some(pid);
-                return;
-            }
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let pid =
+            spawn_watched(&script, &pidfile, self.port, Duration::from_secs(10)).expect("redis-server did not start");
+        *self.pid.lock().unwrap() = Some(pid);
     }
 
     /// SIGKILLs the server: everything it held is gone.
@@ -687,4 +651,30 @@ pub fn add_slow_rule(plugin_dir: &Path, spin_ms: u64) {
         format!("[limits]\nasync_deadline_ms = 5000\n[config]\nmode = \"spin\"\nspin_ms = {spin_ms}\n"),
     )
     .unwrap();
+}
+
+/// Runs `script` (a server plus its watchdog) detached from the test's
+/// output pipes, and waits until the server's pid is in `pidfile` and `port`
+/// accepts connections; `None` if that takes longer than `within`.
+fn spawn_watched(script: &str, pidfile: &std::path::Path, port: u16, within: Duration) -> Option<u32> {
+    Command::new("sh")
+        .args(["-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + within;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(pidfile)
+            && let Ok(pid) = text.trim().parse::<u32>()
+            && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        {
+            return Some(pid);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
