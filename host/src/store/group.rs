@@ -184,11 +184,6 @@ impl Writes {
         self.items.counts()
     }
 
-    /// (batches, writes) of evaluation commits so far.
-    pub fn evaluation_counts(&self) -> (u64, u64) {
-        self.evaluations.counts()
-    }
-
     /// [`ItemStore::commit_evaluation`], group-committed.
     pub async fn commit_evaluation(&self, commit: EvaluationCommit) -> StoreResult<CommitOutcome> {
         self.evaluations.submit(commit).await
