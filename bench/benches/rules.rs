@@ -60,7 +60,6 @@ fn load(engine: &RuleEngine, path: &str) -> LoadedPlugin {
 /// with a fresh instance, wasm with a reused instance.
 fn compare<R: Rule>(c: &mut Criterion, engine: &RuleEngine, group: &str, wasm: &str, text: &str) {
     let plugin = load(engine, wasm);
-    let pool = InstancePool::new(1);
     let snapshot = host_snapshot(text);
     let native = native_snapshot(text);
     // The verdicts agree, or the comparison means nothing.
