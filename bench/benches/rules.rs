@@ -39,13 +39,15 @@ fn native_snapshot(text: &str) -> gavel_plugin_sdk::Snapshot {
 /// An evaluation on a reused instance, as `reuse_instances = true` runs it.
 fn reusing(engine: &RuleEngine, plugin: &LoadedPlugin, pool: &InstancePool, snapshot: &Snapshot) {
     let limits = engine.limits();
-    let e = engine.evaluate_reusing(
-        plugin,
-        pool,
-        black_box(snapshot),
-        limits.async_deadline,
-        limits.memory_bytes,
-    );
+    let e = engine
+        .evaluate_reusing(
+            plugin,
+            pool,
+            black_box(snapshot),
+            limits.async_deadline,
+            limits.memory_bytes,
+        )
+        .expect("the host runs it");
     assert!(e.decision.is_some(), "{e:?}");
 }
 
@@ -63,7 +65,7 @@ fn compare<R: Rule>(c: &mut Criterion, engine: &RuleEngine, group: &str, wasm: &
     let snapshot = host_snapshot(text);
     let native = native_snapshot(text);
     // The verdicts agree, or the comparison means nothing.
-    let fresh = engine.evaluate(&plugin, &snapshot);
+    let fresh = engine.evaluate(&plugin, &snapshot).expect("the host runs it");
     let expected = R::evaluate(&native).expect("the rule decides").verdict;
     assert_eq!(
         fresh.decision.as_ref().map(|d| d.verdict.as_str()),
@@ -92,7 +94,7 @@ fn rules(c: &mut Criterion) {
     compare::<shouting_twin::ShoutingTwin>(c, &engine, "b2/shouting-rust", guests::SHOUTING_TWIN, SHOUT);
     let python = load(&engine, guests::SHOUTING);
     let snapshot = host_snapshot(SHOUT);
-    let first = engine.evaluate(&python, &snapshot);
+    let first = engine.evaluate(&python, &snapshot).expect("the host runs it");
     assert_eq!(
         first.decision.as_ref().map(|d| d.verdict.as_str()),
         Some("hold"),

@@ -17,7 +17,7 @@ fn main() {
     let snapshot = snapshot_from_spec(&spec);
     let started = std::time::Instant::now();
     for _ in 0..n {
-        std::hint::black_box(engine.evaluate(&plugin, &snapshot));
+        let _ = std::hint::black_box(engine.evaluate(&plugin, &snapshot));
     }
     eprintln!(
         "{:.2} µs per fresh evaluation",

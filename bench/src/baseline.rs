@@ -22,7 +22,7 @@ struct Submit {
 
 async fn insert(State(pool): State<sqlx::SqlitePool>, Json(req): Json<Submit>) -> (StatusCode, Json<Value>) {
     let id = uuid::Uuid::now_v7().to_string();
-    let now = gavel::store::now_ms();
+    let now = gavel::clock::now_ms();
     let result = async {
         let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
         sqlx::query(
@@ -53,7 +53,7 @@ async fn insert(State(pool): State<sqlx::SqlitePool>, Json(req): Json<Submit>) -
 pub async fn serve(db: &Path, port: u16) -> anyhow::Result<()> {
     let url = format!("sqlite://{}", db.display());
     // gavel's own migrations: the same schema and indexes.
-    drop(gavel::store::open(&url, 1).await?);
+    drop(gavel::store::open_url(&url, 1).await?);
     let options = SqliteConnectOptions::from_str(&url)?
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Normal)

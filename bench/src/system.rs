@@ -479,7 +479,7 @@ pub async fn b6(sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
                         window_ms: 60_000,
                         max_wait_ms: 600_000,
                     };
-                    c.schedule(&format!("item-{}", i % 10_000), gavel::store::now_ms(), how)
+                    c.schedule(&format!("item-{}", i % 10_000), gavel::clock::now_ms(), how)
                         .await
                         .map_err(|e| anyhow::anyhow!("{e}"))?;
                 }
@@ -490,11 +490,11 @@ pub async fn b6(sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
         }
         Ok(n as f64 / started.elapsed().as_secs_f64())
     }
-    let embedded = run(gavel::coordinator::open(None, "bench").await?, sizes.upserts).await?;
+    let embedded = run(gavel::coordinator::open(None, "bench", 64).await?, sizes.upserts).await?;
     let redis = gavel_tests::servers::Redis::start();
     let prefix = format!("bench-{}", uuid::Uuid::new_v4().simple());
     let remote = run(
-        gavel::coordinator::open(Some(&redis.url()), &prefix).await?,
+        gavel::coordinator::open(Some(&redis.url()), &prefix, 64).await?,
         sizes.upserts / 4,
     )
     .await?;
@@ -518,7 +518,7 @@ pub async fn b7(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
     let (mut latencies, mut compiles) = (Vec::new(), Vec::new());
     for k in 0..sizes.reloads {
         let variant = gavel_tests::component_variant(&original, 1_000 + k as u32);
-        let digest = gavel::rules::Digest::of(&variant).to_hex();
+        let digest = gavel::domain::Digest::of(&variant).to_hex();
         let compile_started = Instant::now();
         engine
             .load_bytes(Path::new("variant.wasm"), &variant)

@@ -1,6 +1,7 @@
 //! The `gavel` command line.
 
-use crate::rules::{Evaluation, LoadedPlugin, Outcome, RuleEngine, RuntimeLimits, fit_snapshot, snapshot_from_spec};
+use crate::domain::Outcome;
+use crate::rules::{Evaluation, HostError, LoadedPlugin, RuleEngine, RuntimeLimits, fit_snapshot, snapshot_from_spec};
 use crate::telemetry::LogFormat;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -165,8 +166,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }) => {
             anyhow::ensure!(
                 verdict
-                    .parse::<crate::verdict::Verdict>()
-                    .is_ok_and(|v| v != crate::verdict::Verdict::Defer),
+                    .parse::<crate::domain::Verdict>()
+                    .is_ok_and(|v| v != crate::domain::Verdict::Defer),
                 "--verdict must be allow, flag, hold or reject"
             );
             let options = crate::providers::fake::FakeOptions {
@@ -196,7 +197,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 async fn run_deliveries(config: crate::config::Config, cmd: DeliveryCommand) -> anyhow::Result<ExitCode> {
-    let store = crate::store::open(&config.database_url(), 2).await?;
+    let store = crate::store::open(&crate::store::StoreOptions {
+        max_connections: 2,
+        ..config.store_options()
+    })
+    .await?;
     match cmd {
         DeliveryCommand::List { all } => {
             let deliveries = store.deliveries(all, 1000).await?;
@@ -215,7 +220,7 @@ async fn run_deliveries(config: crate::config::Config, cmd: DeliveryCommand) -> 
             Ok(ExitCode::SUCCESS)
         }
         DeliveryCommand::Replay { id } => {
-            if store.replay_delivery(id, crate::store::now_ms()).await? {
+            if store.replay_delivery(id, crate::clock::now_ms()).await? {
                 println!("delivery {id} is pending again");
                 Ok(ExitCode::SUCCESS)
             } else {
@@ -241,7 +246,7 @@ fn run_plugin(cmd: PluginCommand) -> anyhow::Result<ExitCode> {
             let mut spec = SnapshotSpec::default();
             spec.item.text = "Hello from gavel plugin check: a friendly sample post.".into();
             spec.config.extend(config);
-            let evaluation = evaluate_spec(&engine, &plugin, &spec);
+            let evaluation = evaluate_spec(&engine, &plugin, &spec)?;
             println!("sample:      {}", describe(&evaluation));
             Ok(exit_for(&evaluation))
         }
@@ -253,7 +258,7 @@ fn run_plugin(cmd: PluginCommand) -> anyhow::Result<ExitCode> {
             };
             let mut spec: SnapshotSpec = serde_json::from_str(&json).context("parsing --snapshot")?;
             spec.config.extend(config);
-            let evaluation = evaluate_spec(&engine, &plugin, &spec);
+            let evaluation = evaluate_spec(&engine, &plugin, &spec)?;
             println!("{}", serde_json::to_string_pretty(&evaluation)?);
             Ok(exit_for(&evaluation))
         }
@@ -272,7 +277,7 @@ fn print_info(plugin: &LoadedPlugin) {
     println!("compiled in: {} ms", plugin.compile_time.as_millis());
 }
 
-fn evaluate_spec(engine: &RuleEngine, plugin: &LoadedPlugin, spec: &SnapshotSpec) -> Evaluation {
+fn evaluate_spec(engine: &RuleEngine, plugin: &LoadedPlugin, spec: &SnapshotSpec) -> Result<Evaluation, HostError> {
     let mut snapshot = snapshot_from_spec(spec);
     fit_snapshot(&mut snapshot, engine.limits().max_snapshot_bytes);
     engine.evaluate(plugin, &snapshot)
@@ -319,7 +324,7 @@ fn run_cases(engine: &RuleEngine, file: &Path, cases: &Path) -> anyhow::Result<E
     );
     let mut failed = 0;
     for case in &cases {
-        let evaluation = evaluate_spec(engine, &plugin, &case.snapshot);
+        let evaluation = evaluate_spec(engine, &plugin, &case.snapshot)?;
         let result = match &evaluation.decision {
             Some(d) => case.expect.check(d.verdict.as_str(), &d.labels, d.provider.as_deref()),
             None => Err(describe(&evaluation)),
@@ -341,7 +346,11 @@ fn run_cases(engine: &RuleEngine, file: &Path, cases: &Path) -> anyhow::Result<E
 }
 
 async fn run_dead_letters(config: crate::config::Config, cmd: DeadLetterCommand) -> anyhow::Result<ExitCode> {
-    let store = crate::store::open(&config.database_url(), 2).await?;
+    let store = crate::store::open(&crate::store::StoreOptions {
+        max_connections: 2,
+        ..config.store_options()
+    })
+    .await?;
     match cmd {
         DeadLetterCommand::List { all } => {
             let letters = store.dead_letters(all, 1000).await?;
@@ -360,18 +369,16 @@ async fn run_dead_letters(config: crate::config::Config, cmd: DeadLetterCommand)
             Ok(ExitCode::SUCCESS)
         }
         DeadLetterCommand::Replay { id } => {
-            match store.replay_dead_letter(id, crate::store::now_ms()).await? {
+            match store.replay_dead_letter(id, crate::clock::now_ms()).await? {
                 Some(item) => {
                     // With Redis, queue it now; the embedded coordinator lives in
                     // the serving process, whose reconciler picks the item up.
                     if let Some(url) = &config.redis_url {
-                        let coordinator = crate::coordinator::open(Some(url), &config.redis_prefix).await?;
+                        let coordinator =
+                            crate::coordinator::open(Some(url), &config.redis_prefix, config.redis_partitions).await?;
+                        let now = crate::clock::now_ms();
                         coordinator
-                            .schedule(
-                                &item,
-                                crate::store::now_ms(),
-                                crate::coordinator::Schedule::At(crate::store::now_ms()),
-                            )
+                            .schedule(&item, now, crate::coordinator::Schedule::At(now))
                             .await?;
                     }
                     println!("replayed dead letter {id}: item {item} will be evaluated again");

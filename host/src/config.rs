@@ -29,16 +29,24 @@ pub struct Config {
     pub database_url: Option<String>,
     /// Database connections (readers for SQLite, which has one writer).
     pub database_max_connections: u32,
-    /// `redis://…` to coordinate several gavel processes; unset, the
+    /// SQLite durability: `full` (default; an acknowledged write survives
+    /// power loss) or `normal` (survives a crash of gavel, not of the OS).
+    pub sqlite_synchronous: crate::store::Synchronous,
+    /// `redis://HOST:PORT` (or `redis+cluster://HOST:PORT,HOST:PORT` for a
+    /// Redis Cluster) to coordinate several gavel processes; unset, the
     /// embedded coordinator serves one process.
     pub redis_url: Option<String>,
-    /// Hash tag of every Redis key (`{gavel}:queue`, ...); processes sharing
-    /// a queue must use the same one.
+    /// Prefix of every Redis key's hash tag (`{gavel:p7}:queue`, ...);
+    /// processes sharing a queue must use the same one.
     pub redis_prefix: String,
+    /// Partitions the Redis queue is sharded into (each its own hash tag,
+    /// so a Redis Cluster spreads them over its masters). Fixed for a
+    /// deployment: every process sharing the queue uses the same number.
+    pub redis_partitions: u32,
     /// API tokens. When empty, tokens are read from (or generated into)
     /// `DATA_DIR/tokens.toml`.
     pub tokens: Vec<TokenConfig>,
-    /// Rule runtime limits (ARCHITECTURE.md, "Limits").
+    /// Rule runtime limits (docs/ARCHITECTURE.md, "Limits").
     pub limits: RuntimeLimits,
     pub ingest: IngestConfig,
     pub evaluation: EvaluationConfig,
@@ -53,6 +61,9 @@ pub struct Config {
     pub public_url: Option<String>,
     /// How long shutdown waits for in-flight requests and evaluations.
     pub shutdown_grace_ms: u64,
+    /// What is deleted when (expired idempotency keys, delivered outbox
+    /// rows, evaluated events, provider callbacks).
+    pub retention: crate::store::RetentionPolicy,
 }
 
 /// An external (often AI) classifier answering by signed callback.
@@ -102,7 +113,7 @@ pub struct WebhookConfig {
     pub secret: String,
     /// Only transitions into these statuses (empty: all).
     #[serde(default)]
-    pub statuses: Vec<crate::status::ItemStatus>,
+    pub statuses: Vec<crate::domain::ItemStatus>,
     /// Only items of these kinds (empty: all).
     #[serde(default)]
     pub kinds: Vec<String>,
@@ -147,8 +158,10 @@ impl Default for Config {
             plugin_dir: PathBuf::from("plugins"),
             database_url: None,
             database_max_connections: 8,
+            sqlite_synchronous: crate::store::Synchronous::Full,
             redis_url: None,
             redis_prefix: "gavel".into(),
+            redis_partitions: 64,
             tokens: Vec::new(),
             limits: RuntimeLimits::default(),
             ingest: IngestConfig::default(),
@@ -158,6 +171,7 @@ impl Default for Config {
             delivery: DeliveryConfig::default(),
             public_url: None,
             shutdown_grace_ms: 30_000,
+            retention: crate::store::RetentionPolicy::default(),
         }
     }
 }
@@ -225,6 +239,9 @@ pub struct IngestConfig {
     /// Per author: sustained submissions per second, and burst.
     pub author_rate_per_second: u32,
     pub author_burst: u32,
+    /// Authors the per-author limiter tracks at most; the idle ones are
+    /// forgotten first (memory stays bounded however many authors post).
+    pub author_limiter_max_keys: usize,
     /// The same normalised text from one author this many times within
     /// `duplicate_window_ms` is held for review at submission.
     pub duplicate_hold_at: u32,
@@ -244,6 +261,7 @@ impl Default for IngestConfig {
             client_burst: 2000,
             author_rate_per_second: 10,
             author_burst: 30,
+            author_limiter_max_keys: 100_000,
             duplicate_hold_at: 5,
             duplicate_window_ms: 3600 * 1000,
             author_window_ms: 24 * 3600 * 1000,
@@ -255,8 +273,14 @@ impl Default for IngestConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EvaluationConfig {
-    /// Evaluations running at once in this process.
+    /// Items being evaluated at once in this process (claimed, judged,
+    /// committing).
     pub concurrency: usize,
+    /// Items claimed together: their snapshots are read with a handful of
+    /// queries and their commits share one transaction.
+    pub batch: usize,
+    /// Evaluation threads (0: one per core).
+    pub threads: usize,
     /// When a plugin fails (trap, timeout, ...), count it as `hold`
     /// (fail-closed) instead of ignoring it (fail-open, the default).
     pub fail_closed: bool,
@@ -332,7 +356,9 @@ impl Default for EvaluationConfig {
             },
         );
         EvaluationConfig {
-            concurrency: 4,
+            concurrency: 64,
+            batch: 32,
+            threads: 0,
             fail_closed: false,
             debounce: Debounce::default(),
             kinds,
@@ -423,8 +449,10 @@ impl Config {
         Ok(config)
     }
 
-    /// Refuses settings that would only fail later, at the first hand-off or delivery.
+    /// Refuses settings that would only fail later, at the first hand-off
+    /// or delivery, and tokens that are empty, short or given twice.
     pub fn validate(&self) -> anyhow::Result<()> {
+        validate_tokens(&self.tokens)?;
         let endpoints = self
             .providers
             .iter()
@@ -463,9 +491,48 @@ impl Config {
             .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("gavel.db").display()))
     }
 
+    /// How to open the store.
+    pub fn store_options(&self) -> crate::store::StoreOptions {
+        crate::store::StoreOptions {
+            url: self.database_url(),
+            max_connections: self.database_max_connections,
+            synchronous: self.sqlite_synchronous,
+        }
+    }
+
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_millis(self.shutdown_grace_ms)
     }
+}
+
+/// Every token is at least 16 bytes, and no token or name is given twice
+/// (two clients sharing a token could not be told apart).
+pub fn validate_tokens(tokens: &[TokenConfig]) -> anyhow::Result<()> {
+    let mut names = std::collections::HashSet::new();
+    let mut values = std::collections::HashSet::new();
+    for t in tokens {
+        anyhow::ensure!(
+            !t.name.trim().is_empty() && t.name.len() <= 64 && !t.name.chars().any(char::is_control),
+            "configuration: a token name must be 1-64 printable characters, got {:?}",
+            t.name
+        );
+        anyhow::ensure!(
+            t.token.len() >= 16 && t.token.bytes().all(|b| b.is_ascii_graphic()),
+            "configuration: token {:?} must be at least 16 printable ASCII characters without spaces",
+            t.name
+        );
+        anyhow::ensure!(
+            names.insert(t.name.as_str()),
+            "configuration: token name {:?} is given twice",
+            t.name
+        );
+        anyhow::ensure!(
+            values.insert(t.token.as_str()),
+            "configuration: token {:?} has the same value as another token",
+            t.name
+        );
+    }
+    Ok(())
 }
 
 /// The tokens to accept: the configured ones, else those in
@@ -510,6 +577,7 @@ fn read_tokens_file(path: &Path) -> anyhow::Result<Vec<TokenConfig>> {
     let text = std::fs::read_to_string(path)?;
     let file: TokensFile = toml::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     anyhow::ensure!(!file.tokens.is_empty(), "{} lists no token", path.display());
+    validate_tokens(&file.tokens).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     Ok(file.tokens)
 }
 
@@ -601,6 +669,22 @@ mod tests {
         })
         .unwrap_err();
         assert!(err.to_string().contains("lisen"), "{err}");
+    }
+
+    #[test]
+    fn empty_short_and_duplicate_tokens_are_refused() {
+        let token = |name: &str, token: &str| TokenConfig {
+            name: name.into(),
+            token: token.into(),
+            role: Role::Client,
+        };
+        assert!(validate_tokens(&[token("a", "0123456789abcdef")]).is_ok());
+        assert!(validate_tokens(&[token("a", "")]).is_err());
+        assert!(validate_tokens(&[token("a", "short")]).is_err());
+        assert!(validate_tokens(&[token("a", "0123456789abcdef 0")]).is_err());
+        assert!(validate_tokens(&[token("", "0123456789abcdef")]).is_err());
+        assert!(validate_tokens(&[token("a", "0123456789abcdef"), token("a", "0123456789abcdeF")]).is_err());
+        assert!(validate_tokens(&[token("a", "0123456789abcdef"), token("b", "0123456789abcdef")]).is_err());
     }
 
     #[test]

@@ -13,9 +13,11 @@
 //! delivery to be retried when its lease ends); receivers deduplicate on
 //! `event_id`.
 
+use crate::clock::now_ms;
 use crate::config::{DeliveryConfig, WebhookConfig};
 use crate::metrics::{Metrics, ResultLabel};
-use crate::store::{ClaimedDelivery, EndpointFilter, SharedStore, now_ms};
+use crate::outbound::SignedClient;
+use crate::store::{ClaimedDelivery, EndpointFilter, Outbox};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,17 +34,17 @@ const FAN_OUT_BATCH: i64 = 500;
 
 /// The webhook dispatcher of one process.
 pub struct Dispatcher {
-    store: SharedStore,
+    store: Arc<dyn Outbox>,
     endpoints: BTreeMap<String, WebhookConfig>,
     filters: Vec<EndpointFilter>,
     config: DeliveryConfig,
-    http: reqwest::Client,
+    http: SignedClient,
     metrics: Arc<Metrics>,
 }
 
 impl Dispatcher {
     pub fn new(
-        store: SharedStore,
+        store: Arc<dyn Outbox>,
         endpoints: BTreeMap<String, WebhookConfig>,
         config: DeliveryConfig,
         metrics: Arc<Metrics>,
@@ -55,11 +57,7 @@ impl Dispatcher {
                 kinds: w.kinds.clone(),
             })
             .collect();
-        let http = reqwest::Client::builder()
-            .timeout(Duration::from_millis(config.timeout_ms))
-            .connect_timeout(Duration::from_millis(config.timeout_ms.min(5_000)))
-            .user_agent(concat!("gavel/", env!("CARGO_PKG_VERSION")))
-            .build()?;
+        let http = SignedClient::new(Duration::from_millis(config.timeout_ms))?;
         Ok(Dispatcher {
             store,
             endpoints,
@@ -86,10 +84,17 @@ impl Dispatcher {
                 }
             };
             let free = slots.available_permits();
+            // Only endpoints this process knows: during a rolling config
+            // change, another process delivers the rest.
+            let known: Vec<&str> = self.endpoints.keys().map(String::as_str).collect();
             let claimed = if free == 0 {
                 Vec::new()
             } else {
-                match self.store.claim_deliveries(now, now + lease_ms, free as i64).await {
+                match self
+                    .store
+                    .claim_deliveries(&known, now, now + lease_ms, free as i64)
+                    .await
+                {
                     Ok(c) => c,
                     Err(e) => {
                         tracing::warn!(error = %e, "delivery: cannot claim deliveries");
@@ -140,18 +145,19 @@ impl Dispatcher {
     }
 
     async fn attempt(&self, d: &ClaimedDelivery) {
-        let result = match self.endpoints.get(&d.endpoint) {
-            Some(endpoint) => self.post(endpoint, d).await,
-            None => Err(format!("endpoint {:?} is not configured", d.endpoint)),
+        let Some(endpoint) = self.endpoints.get(&d.endpoint) else {
+            // Claimed only for known endpoints; the configuration is fixed
+            // for the life of the process.
+            return;
         };
+        let result = self.post(endpoint, d).await;
         let now = now_ms();
         let (label, stored) = match result {
             Ok(()) => ("delivered", self.store.delivery_succeeded(d.id, now).await),
             Err(error) => {
-                let dead =
-                    d.attempts >= i64::from(self.config.max_attempts) || !self.endpoints.contains_key(&d.endpoint);
+                let dead = d.attempts >= i64::from(self.config.max_attempts);
                 let retry_at = (!dead).then(|| {
-                    now + crate::worker::backoff_ms(
+                    now + crate::retry::backoff_ms(
                         d.attempts as u32,
                         self.config.retry_base_ms as i64,
                         self.config.retry_max_ms as i64,
@@ -178,37 +184,13 @@ impl Dispatcher {
 
     async fn post(&self, endpoint: &WebhookConfig, d: &ClaimedDelivery) -> Result<(), String> {
         let body = serde_json::to_vec(&d.change).expect("a change serializes");
-        let timestamp = crate::signing::now_secs();
-        let signature = crate::signing::sign(endpoint.secret.as_bytes(), timestamp, &body);
-        let response = self
-            .http
-            .post(&endpoint.url)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(EVENT_ID_HEADER, &d.change.event_id)
-            .header(ATTEMPT_HEADER, d.attempts.to_string())
-            .header(crate::signing::TIMESTAMP_HEADER, timestamp.to_string())
-            .header(crate::signing::SIGNATURE_HEADER, signature)
-            .body(body)
-            .send()
+        let attempt = d.attempts.to_string();
+        let headers = [
+            (EVENT_ID_HEADER, d.change.event_id.as_str()),
+            (ATTEMPT_HEADER, attempt.as_str()),
+        ];
+        self.http
+            .post(&endpoint.url, endpoint.secret.as_bytes(), body, &headers, None)
             .await
-            .map_err(|e| describe(&e))?;
-        let status = response.status();
-        if status.is_success() {
-            Ok(())
-        } else {
-            Err(format!("HTTP {status}"))
-        }
-    }
-}
-
-/// A short reason for a failed request (timeouts and refused connections
-/// named as such).
-pub(crate) fn describe(e: &reqwest::Error) -> String {
-    if e.is_timeout() {
-        "timed out".into()
-    } else if e.is_connect() {
-        format!("cannot connect: {e}")
-    } else {
-        e.to_string()
     }
 }

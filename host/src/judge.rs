@@ -1,24 +1,16 @@
-//! Judging an item: build the snapshot, run every plugin of a phase,
-//! combine the verdicts. Shared by the submission path (sync phase) and the
-//! worker (async phase).
+//! Judging an item: build the snapshot, run every plugin of a phase (each
+//! admitted by its circuit breaker), combine the verdicts. Shared by the
+//! submission path (sync phase) and the worker (async phase). Blocking:
+//! runs on an evaluation thread.
 
+use crate::clock::now_ms;
+use crate::domain::{Mode, Outcome, Phase, Verdict};
+use crate::metrics::Metrics;
 use crate::rules::{
-    AuthorStats, Evaluation, Event, Item, Outcome, Phase, RegisteredPlugin, Registry, Snapshot, fit_snapshot,
+    Admission, AuthorStats, Evaluation, Event, HostError, Item, RegisteredPlugin, Registry, Snapshot, fit_snapshot,
 };
-use crate::status::ItemStatus;
-use crate::store::{Mode, NewDecision, SnapshotData};
-use crate::verdict::Verdict;
+use crate::store::{NewDecision, SnapshotData};
 use std::sync::Arc;
-
-/// The status an automated verdict settles an item in.
-pub fn status_for(verdict: Verdict) -> ItemStatus {
-    match verdict {
-        Verdict::Allow | Verdict::Flag => ItemStatus::Visible,
-        Verdict::Defer => ItemStatus::AwaitingProvider,
-        Verdict::Hold => ItemStatus::HeldForReview,
-        Verdict::Reject => ItemStatus::Rejected,
-    }
-}
 
 /// The WIT snapshot of stored data, cut to the snapshot size limit.
 pub fn snapshot_of(data: &SnapshotData, phase: Phase, now_ms: i64, max_bytes: usize) -> Snapshot {
@@ -116,6 +108,7 @@ impl Judgement {
                     outcome: e.outcome,
                     error: e.error.clone(),
                     decided_at: self.started_at.max(p.loaded_at_ms),
+                    snapshot_digest: None,
                 }
             })
             .collect()
@@ -147,27 +140,33 @@ impl Judgement {
     }
 }
 
-/// Runs every enabled plugin of `phase` on `snapshot` (each with its own
-/// config and limits) and combines their verdicts. Blocking: call from a
-/// blocking thread.
+/// Runs every enabled plugin of `phase` its breaker admits on `snapshot`
+/// (each with its own config and limits) and combines their verdicts. A
+/// host-side failure of any plugin fails the whole judgement (a rule is
+/// never skipped because the host was overloaded). Blocking: call from an
+/// evaluation thread.
 pub fn judge(
     registry: &Registry,
     snapshot: &mut Snapshot,
     phase: Phase,
     fail_closed: bool,
-    metrics: &crate::metrics::Metrics,
-) -> Judgement {
+    metrics: &Metrics,
+) -> Result<Judgement, HostError> {
     let engine = registry.engine();
     // Taken before the plugin list: a version swapped out after this still
     // served at this time.
-    let started_at = crate::store::now_ms();
+    let started_at = now_ms();
     let plugins = registry.plugins();
     let mut evaluations = Vec::new();
     for p in plugins.iter().filter(|p| p.runs_in(phase)) {
+        let admission = p.breaker.admit(now_ms());
+        if admission == Admission::Skip {
+            continue;
+        }
         snapshot.config.clone_from(&p.config);
         let span = tracing::debug_span!("rule.evaluate", plugin = %p.plugin.info.name, plugin_version = %p.plugin.info.version, item = %snapshot.item.id);
-        let e = span.in_scope(|| p.evaluate(engine, snapshot, phase));
-        let labels = crate::metrics::Metrics::plugin(&e.plugin.name, &e.plugin.version);
+        let e = span.in_scope(|| p.evaluate(engine, snapshot, phase))?;
+        let labels = Metrics::plugin(&e.plugin.name, &e.plugin.version);
         metrics
             .rule_evaluation_seconds
             .get_or_create(&labels)
@@ -186,13 +185,24 @@ pub fn judge(
                 error = e.error.as_deref().unwrap_or(""), "rule evaluation failed"
             );
         }
-        let quarantine_after = engine.limits().quarantine_after;
-        if p.record_outcome(e.outcome, quarantine_after) {
-            registry.quarantined(p);
-            tracing::error!(
-                plugin = %e.plugin.name, version = %e.plugin.version, digest = %e.plugin.digest,
-                failures = quarantine_after, "plugin quarantined: not evaluated until its file changes"
-            );
+        if let Some(change) = p
+            .breaker
+            .record(now_ms(), e.outcome.is_failure(), admission == Admission::Probe)
+        {
+            registry.breaker_changed(p, &change);
+            match &change {
+                crate::rules::BreakerChange::Opened { detail } => {
+                    metrics.plugin_quarantines.inc();
+                    tracing::error!(
+                        plugin = %e.plugin.name, version = %e.plugin.version, digest = %e.plugin.digest,
+                        %detail, "plugin quarantined: its circuit breaker opened"
+                    );
+                }
+                crate::rules::BreakerChange::Recovered => tracing::info!(
+                    plugin = %e.plugin.name, version = %e.plugin.version, digest = %e.plugin.digest,
+                    "plugin recovered: a probe evaluation succeeded"
+                ),
+            }
         }
         evaluations.push((p.clone(), e));
     }
@@ -210,26 +220,17 @@ pub fn judge(
     let provider = (verdict == Some(Verdict::Defer))
         .then(|| enforcing().find_map(|(_, e)| e.decision.as_ref().and_then(|d| d.provider.clone())))
         .flatten();
-    Judgement {
+    Ok(Judgement {
         evaluations,
         started_at,
         verdict,
         provider,
-    }
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn verdicts_map_to_statuses() {
-        assert_eq!(status_for(Verdict::Allow), ItemStatus::Visible);
-        assert_eq!(status_for(Verdict::Flag), ItemStatus::Visible);
-        assert_eq!(status_for(Verdict::Defer), ItemStatus::AwaitingProvider);
-        assert_eq!(status_for(Verdict::Hold), ItemStatus::HeldForReview);
-        assert_eq!(status_for(Verdict::Reject), ItemStatus::Rejected);
-    }
 
     #[test]
     fn context_becomes_string_pairs() {

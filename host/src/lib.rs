@@ -1,50 +1,71 @@
 //! gavel: a moderation and anti-spam rule host.
 //!
 //! Moderation rules are sandboxed WebAssembly components written against one
-//! WIT contract (`wit/`); the host evaluates them under deadlines and memory
-//! caps and stamps every decision with the plugin's name, declared version
-//! and content digest.
+//! WIT contract (`wit/`); the host evaluates them under CPU budgets and
+//! memory caps and stamps every decision with the plugin's name, declared
+//! version and content digest.
 //!
 //! # Layout
 //!
-//! - [`api`]: the HTTP API (axum): routes, auth, the one error format, OpenAPI.
-//! - [`store`]: the source of truth (SQLite or PostgreSQL), conditional writes.
-//! - [`status`]: the item state machine's transition table.
-//! - [`worker`]: evaluation of pending items, retries, dead letters, the reconciler.
-//! - [`coordinator`]: the debounce queue and leases (embedded or Redis).
-//! - [`judge`]: running one phase's plugins on a snapshot and combining verdicts.
-//! - [`rules`]: the rule runtime — engine, loading, registry, sandboxed evaluation.
+//! Leaves, which import nothing else of the crate:
+//!
+//! - [`clock`]: time as stored (milliseconds since the epoch).
+//! - [`retry`]: the backoff policy every retry loop shares.
+//! - [`domain`]: statuses, verdicts, outcomes and every lifecycle as enums;
+//!   the transition table; the submission and evaluation policy as pure
+//!   functions.
 //! - [`fingerprint`]: normalised-content fingerprints (duplicate text).
-//! - [`verdict`]: verdicts and their severity order.
-//! - [`config`]: layered configuration and API tokens.
-//! - [`cli`]: the `gavel` command line.
+//!
+//! Rooms, each with one job (arrows only point down this list):
+//!
+//! - [`signing`]: the HMAC signature scheme, both ways.
+//! - [`outbound`]: signed HTTP POSTs (webhooks, provider requests).
 //! - [`metrics`]: what `/metrics` exports.
+//! - [`coordinator`]: the debounce queue and leases (embedded or Redis).
+//! - [`rules`]: the rule runtime — engine, loading, registry, breakers,
+//!   evaluation threads, sandboxed evaluation.
+//! - [`store`]: the source of truth (SQLite or PostgreSQL), one small trait
+//!   per capability, conditional writes.
+//! - [`config`]: layered configuration and API tokens.
+//! - [`judge`]: running one phase's plugins on a snapshot.
+//! - [`worker`]: claiming, judging and committing batches of items; the reconciler.
+//! - [`delivery`]: the webhook dispatcher.
+//! - [`providers`]: hand-offs to external classifiers (and a fake one).
+//! - [`api`]: the HTTP API (axum): routes, auth, the one error format, OpenAPI.
+//! - [`cli`]: the `gavel` command line.
 //! - [`telemetry`]: tracing subscriber set-up.
+//!
+//! This file is the composition root: [`serve`] builds every long-lived
+//! part and starts the background tasks side by side.
 
 pub mod api;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod coordinator;
 pub mod delivery;
+pub mod domain;
 pub mod fingerprint;
 pub mod judge;
 pub mod metrics;
+pub mod outbound;
 pub mod providers;
+pub mod retry;
 pub mod rules;
 pub mod signing;
-pub mod status;
 pub mod store;
 pub mod telemetry;
-pub mod verdict;
 pub mod worker;
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 /// Runs gavel on `listener` until `shutdown` resolves: opens the store
-/// (migrating it), loads the plugin directory, starts the evaluation loop and
-/// serves the API. On shutdown it stops accepting, lets in-flight requests
-/// and evaluations finish (up to `shutdown_grace_ms`), then returns.
+/// (migrating it), loads the plugin directory, starts the background tasks
+/// and serves the API. On shutdown it stops accepting, lets in-flight
+/// requests and evaluations finish (up to `shutdown_grace_ms`), then returns.
 pub async fn serve(
     config: config::Config,
     listener: tokio::net::TcpListener,
@@ -63,46 +84,22 @@ pub async fn serve_with_metrics(
 ) -> anyhow::Result<()> {
     let config = Arc::new(config);
     let tokens = config::resolve_tokens(&config)?;
-    let store = store::open(&config.database_url(), config.database_max_connections).await?;
+    let store = store::open(&config.store_options()).await?;
     let engine = Arc::new(rules::RuleEngine::new(config.limits.clone())?.with_cache(&config.data_dir.join("cache"))?);
-    // Plugin loads, unloads and failures go to `plugin_versions`, in order.
-    let (events_tx, mut events_rx) = tokio::sync::mpsc::unbounded_channel();
-    let node = format!(
-        "{}:{}",
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map_or_else(|_| "localhost".into(), |h| h.trim().to_string()),
-        std::process::id()
-    );
-    let history = {
-        let (store, metrics) = (store.clone(), metrics.clone());
-        tokio::spawn(async move {
-            while let Some(event) = events_rx.recv().await {
-                let result = match &event {
-                    store::PluginEvent::Loaded { .. } => Some("loaded"),
-                    store::PluginEvent::Unloaded { .. } => Some("unloaded"),
-                    store::PluginEvent::Failed { .. } => Some("failed"),
-                    store::PluginEvent::Quarantined { .. } => None,
-                };
-                match result {
-                    Some(result) => metrics
-                        .plugin_reloads
-                        .get_or_create(&metrics::ResultLabel { result })
-                        .inc(),
-                    None => metrics.plugin_quarantines.inc(),
-                };
-                if let Err(e) = store.record_plugin_event(&node, &event).await {
-                    tracing::warn!(error = %e, ?event, "cannot record plugin history");
-                }
-            }
-        })
-    };
+    let pool = Arc::new(rules::EvaluationPool::new(config.evaluation.threads)?);
+    let cancel = CancellationToken::new();
+    let mut tasks = tokio::task::JoinSet::new();
+
+    // Plugin loads, unloads, quarantines and failures go to the plugin
+    // history, in order.
+    let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
+    let history = tokio::spawn(record_plugin_history(store.clone(), metrics.clone(), events_rx));
     let registry = Arc::new(rules::Registry::new(engine).with_events(events_tx));
-    let plugin_dir = config.plugin_dir.clone();
     {
-        let registry = registry.clone();
+        let (registry, dir) = (registry.clone(), config.plugin_dir.clone());
         tokio::task::spawn_blocking(move || {
-            if let Err(e) = registry.load_dir(&plugin_dir) {
-                tracing::error!(dir = %plugin_dir.display(), error = %e, "cannot read the plugin directory; running with no plugins");
+            if let Err(e) = registry.load_dir(&dir) {
+                tracing::error!(dir = %dir.display(), error = %e, "cannot read the plugin directory; running with no plugins");
             }
         })
         .await?;
@@ -114,28 +111,70 @@ pub async fn serve_with_metrics(
             None
         }
     };
-    let coordinator = coordinator::open(config.redis_url.as_deref(), &config.redis_prefix).await?;
-    // Submissions and evaluation commits share transactions (group commit).
+    let coordinator = coordinator::open(
+        config.redis_url.as_deref(),
+        &config.redis_prefix,
+        config.redis_partitions,
+    )
+    .await?;
+    // Submissions, events and evaluation commits share transactions (group commit).
     let writes = store::Writes::start(store.clone(), &metrics);
-    let (scheduler, worker) = worker::start(
-        &config,
-        store.clone(),
-        writes.clone(),
-        coordinator.clone(),
-        registry.clone(),
-        metrics.clone(),
-        config.role.evaluates(),
-    );
-    let state = api::AppState::new(
-        config.clone(),
-        store.clone(),
+    let evaluation = Arc::new(config.evaluation.clone());
+    let scheduler = worker::Scheduler::new(coordinator.clone(), evaluation.clone());
+
+    let worker = worker::Worker::new(worker::WorkerParts {
+        store: store.clone(),
+        writes: writes.clone(),
+        coordinator: coordinator.clone(),
+        registry: registry.clone(),
+        pool: pool.clone(),
+        evaluation,
+        ingest: config.ingest.clone(),
+        providers: config.providers.clone(),
+        metrics: metrics.clone(),
+    });
+    tasks.spawn(worker.clone().sample_queue(cancel.clone()));
+    if config.role.evaluates() {
+        tasks.spawn(worker.clone().claim_loop(cancel.clone()));
+        tasks.spawn(worker.clone().reconcile_loop(cancel.clone()));
+        let dispatcher = delivery::Dispatcher::new(
+            store.clone(),
+            config.webhooks.clone(),
+            config.delivery.clone(),
+            metrics.clone(),
+        )?;
+        tasks.spawn(Arc::new(dispatcher).run(cancel.clone()));
+        let requester = providers::Requester::new(
+            store.clone(),
+            config.providers.clone(),
+            config.public_url(),
+            metrics.clone(),
+            // Provider deadlines and retries are seconds apart: a tenth of a second is plenty.
+            Duration::from_millis(100),
+        )?;
+        tasks.spawn(Arc::new(requester).run(cancel.clone()));
+        if config.retention.enabled {
+            tasks.spawn(prune_loop(
+                store.clone(),
+                config.retention.clone(),
+                metrics.clone(),
+                cancel.clone(),
+            ));
+        }
+    }
+
+    let state = api::AppState::new(api::StateParts {
+        config: config.clone(),
+        store: store.clone(),
         writes,
-        registry.clone(),
+        registry: registry.clone(),
+        pool,
         scheduler,
-        metrics.clone(),
-        api::Tokens::new(&tokens),
-    );
+        metrics: metrics.clone(),
+        tokens: api::Tokens::new(&tokens),
+    });
     let app = if config.role.serves_api() {
+        tasks.spawn(forget_idle_authors(state.author_limiter.clone(), cancel.clone()));
         api::router(state)
     } else {
         api::health_router(state)
@@ -146,14 +185,104 @@ pub async fn serve_with_metrics(
     );
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await?;
     tracing::info!("HTTP server stopped; finishing evaluations in flight");
-    worker.shutdown(config.shutdown_grace()).await;
+    cancel.cancel();
+    let _ = tokio::time::timeout(config.shutdown_grace(), async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
     drop(watcher);
     registry.unload_all();
     drop(registry);
     // The registry (and its event sender) is gone once every clone is dropped;
     // wait a little for the last history rows.
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), history).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), history).await;
     Ok(())
+}
+
+/// Writes every plugin event to the plugin history (and counts loads).
+async fn record_plugin_history(
+    store: store::SharedStore,
+    metrics: Arc<metrics::Metrics>,
+    mut events: tokio::sync::mpsc::UnboundedReceiver<domain::PluginEvent>,
+) {
+    let node = format!(
+        "{}:{}",
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map_or_else(|_| "localhost".into(), |h| h.trim().to_string()),
+        std::process::id()
+    );
+    while let Some(event) = events.recv().await {
+        let result = match &event {
+            domain::PluginEvent::Loaded { .. } => Some("loaded"),
+            domain::PluginEvent::Unloaded { .. } => Some("unloaded"),
+            domain::PluginEvent::Failed { .. } => Some("failed"),
+            domain::PluginEvent::Recovered { .. } => {
+                metrics.plugin_recoveries.inc();
+                None
+            }
+            domain::PluginEvent::Quarantined { .. } => None,
+        };
+        if let Some(result) = result {
+            metrics
+                .plugin_reloads
+                .get_or_create(&metrics::ResultLabel { result })
+                .inc();
+        }
+        if let Err(e) = store.record_plugin_event(&node, &event).await {
+            tracing::warn!(error = %e, ?event, "cannot record plugin history");
+        }
+    }
+}
+
+/// Deletes what is past its retention, every interval, until caught up.
+async fn prune_loop(
+    store: store::SharedStore,
+    policy: store::RetentionPolicy,
+    metrics: Arc<metrics::Metrics>,
+    cancel: CancellationToken,
+) {
+    let every = Duration::from_millis(policy.interval_ms.max(100));
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tokio::time::sleep(every) => {}
+        }
+        loop {
+            match store.prune(&policy, clock::now_ms()).await {
+                Ok(pruned) => {
+                    for (table, n) in pruned.tables() {
+                        if n > 0 {
+                            metrics
+                                .retention_removed
+                                .get_or_create(&metrics::TableLabel { table })
+                                .inc_by(n);
+                        }
+                    }
+                    let caught_up = pruned.tables().iter().all(|(_, n)| (*n as i64) < policy.chunk);
+                    if pruned.total() > 0 {
+                        tracing::info!(?pruned, "retention: deleted rows past their retention");
+                    }
+                    if caught_up || cancel.is_cancelled() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "retention: cannot delete old rows; trying again later");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Forgets idle authors in the per-author rate limiter every minute.
+async fn forget_idle_authors(limiter: Arc<api::AuthorLimiter>, cancel: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tokio::time::sleep(Duration::from_secs(60)) => limiter.forget_idle(),
+        }
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -55,16 +55,10 @@ pub struct KindLabel {
     pub kind: &'static str,
 }
 
-/// Registers `metric` as `gavel_NAME` and remembers the name.
-fn reg(
-    registry: &mut Registry,
-    names: &mut Vec<String>,
-    name: &str,
-    help: &str,
-    metric: impl prometheus_client::registry::Metric,
-) {
-    names.push(format!("gavel_{name}"));
-    registry.register(name, help, metric);
+/// `table` label (retention).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TableLabel {
+    pub table: &'static str,
 }
 
 fn evaluation_seconds() -> Histogram {
@@ -72,67 +66,100 @@ fn evaluation_seconds() -> Histogram {
     Histogram::new(exponential_buckets(0.00001, 3.0, 13))
 }
 
-/// Every metric gavel exports. Cheap to share (`Arc<Metrics>`); each field
-/// is itself a shared handle.
-#[derive(Debug)]
-pub struct Metrics {
-    registry: Registry,
-    /// Every family's exposition name (`gavel_…`), for docs and checks.
-    names: Vec<String>,
+/// Declares [`Metrics`]: each field with its doc, its type, its exposition
+/// name (`gavel_` + name) and help text, registered in one place.
+macro_rules! metrics {
+    ($($(#[$doc:meta])* $field:ident: $ty:ty $(= $init:expr)? => $name:literal, $help:literal;)+) => {
+        /// Every metric gavel exports. Cheap to share (`Arc<Metrics>`); each
+        /// field is itself a shared handle.
+        #[derive(Debug)]
+        pub struct Metrics {
+            registry: Registry,
+            /// Every family's exposition name (`gavel_…`), for docs and checks.
+            names: Vec<String>,
+            $($(#[$doc])* pub $field: $ty,)+
+        }
+
+        impl Metrics {
+            pub fn new() -> Metrics {
+                let mut registry = Registry::with_prefix("gavel");
+                let mut names = Vec::new();
+                $(
+                    let $field: $ty = metrics!(@init $ty $(, $init)?);
+                    names.push(concat!("gavel_", $name).to_string());
+                    registry.register($name, $help, $field.clone());
+                )+
+                Metrics { registry, names, $($field,)+ }
+            }
+        }
+    };
+    (@init $ty:ty) => { <$ty>::default() };
+    (@init $ty:ty, $init:expr) => { $init };
+}
+
+metrics! {
     /// Submissions by outcome: accepted, held_sync, rejected_sync, replayed,
-    /// conflict, key_mismatch, rate_limited, invalid.
-    pub submissions: Family<OutcomeLabel, Counter>,
+    /// conflict, key_mismatch, key_lost, rate_limited, invalid, unavailable.
+    submissions: Family<OutcomeLabel, Counter> => "submissions", "Submissions by outcome";
     /// Requests answered from a stored idempotent response.
-    pub idempotency_replays: Family<RouteLabel, Counter>,
+    idempotency_replays: Family<RouteLabel, Counter> => "idempotency_replays", "Requests answered with a stored idempotent response";
     /// Submissions held because the same text came from one author too often.
-    pub fingerprint_duplicates: Counter,
+    fingerprint_duplicates: Counter => "fingerprint_duplicates", "Submissions held as duplicate text from one author";
     /// Seconds the oldest due item has waited in the queue.
-    pub queue_lag_seconds: Gauge<f64, AtomicU64>,
+    queue_lag_seconds: Gauge<f64, AtomicU64> => "queue_lag_seconds", "Seconds the oldest due item has waited";
     /// Items in the queue.
-    pub queue_depth: Gauge,
+    queue_depth: Gauge => "queue_depth", "Items in the evaluation queue";
     /// Evaluations running now in this process.
-    pub evaluations_in_flight: Gauge,
+    evaluations_in_flight: Gauge => "evaluations_in_flight", "Evaluations running in this process";
     /// Leases that expired while their evaluation ran (lease contention).
-    pub leases_lost: Counter,
-    /// Commits refused by the version check (the fencing token).
-    pub stale_commits: Counter,
+    leases_lost: Counter => "leases_lost", "Leases that expired during their evaluation";
+    /// Commits refused by the fence (an older snapshot, or the item moved on).
+    stale_commits: Counter => "stale_commits", "Commits refused by the fence";
     /// Evaluations committed.
-    pub evaluations_committed: Counter,
+    evaluations_committed: Counter => "evaluations_committed", "Evaluations committed";
     /// Rule evaluations by plugin version and outcome.
-    pub rule_evaluations: Family<PluginOutcomeLabels, Counter>,
+    rule_evaluations: Family<PluginOutcomeLabels, Counter> => "rule_evaluations", "Rule evaluations by plugin version and outcome";
     /// Rule evaluation durations by plugin version.
-    pub rule_evaluation_seconds: Family<PluginLabels, Histogram>,
+    rule_evaluation_seconds: Family<PluginLabels, Histogram>
+        = Family::<PluginLabels, Histogram>::new_with_constructor(evaluation_seconds as fn() -> Histogram)
+        => "rule_evaluation_seconds", "Rule evaluation duration";
     /// Combined verdicts of committed evaluations.
-    pub decisions: Family<VerdictLabel, Counter>,
+    decisions: Family<VerdictLabel, Counter> => "decisions", "Combined verdicts of committed evaluations";
     /// Automated decisions a moderator overturned, by plugin version.
-    pub reversals: Family<PluginLabels, Counter>,
+    reversals: Family<PluginLabels, Counter> => "reversals", "Automated decisions a moderator overturned";
     /// Shadow decisions that disagreed with the enforced outcome.
-    pub shadow_disagreements: Family<PluginLabels, Counter>,
+    shadow_disagreements: Family<PluginLabels, Counter> => "shadow_disagreements", "Shadow verdicts that would have set another status";
     /// Host-side evaluation failures retried.
-    pub retries: Counter,
+    retries: Counter => "retries", "Evaluations retried after a host-side failure";
+    /// Evaluations that could not run for the host's reasons (overload, pool), by kind.
+    host_errors: Family<KindLabel, Counter> => "host_errors", "Evaluations the host could not run (overload, pool exhausted)";
     /// Evaluations dead-lettered.
-    pub dead_letters: Counter,
+    dead_letters: Counter => "dead_letters", "Evaluations dead-lettered";
     /// Items the reconciler queued again.
-    pub reconciled: Counter,
+    reconciled: Counter => "reconciled", "Items re-queued by the reconciler";
     /// Plugin file loads by result: loaded, failed, unloaded.
-    pub plugin_reloads: Family<ResultLabel, Counter>,
-    /// Plugins quarantined after repeated failures.
-    pub plugin_quarantines: Counter,
+    plugin_reloads: Family<ResultLabel, Counter> => "plugin_reloads", "Plugin loads by result";
+    /// Plugins quarantined by their circuit breaker.
+    plugin_quarantines: Counter => "plugin_quarantines", "Plugins quarantined by their circuit breaker";
+    /// Quarantined plugins a probe found healthy again.
+    plugin_recoveries: Counter => "plugin_recoveries", "Quarantined plugins that recovered";
     /// Webhook delivery attempts by result: delivered, retry, dead.
-    pub deliveries: Family<ResultLabel, Counter>,
-    /// Outbox events not yet fanned out or deliveries pending, sampled.
-    pub deliveries_pending: Gauge,
+    deliveries: Family<ResultLabel, Counter> => "deliveries", "Webhook delivery attempts by result";
+    /// Deliveries claimed in the last round.
+    deliveries_pending: Gauge => "deliveries_pending", "Deliveries claimed in the last round";
     /// Provider requests sent, by result: accepted, retry.
-    pub provider_requests: Family<ResultLabel, Counter>,
+    provider_requests: Family<ResultLabel, Counter> => "provider_requests", "Provider requests sent, by result";
     /// Provider callbacks by outcome: applied, duplicate, stale, unknown, bad_signature.
-    pub provider_callbacks: Family<OutcomeLabel, Counter>,
+    provider_callbacks: Family<OutcomeLabel, Counter> => "provider_callbacks", "Provider callbacks by outcome";
     /// Items sent to review because a provider never answered.
-    pub provider_timeouts: Counter,
+    provider_timeouts: Counter => "provider_timeouts", "Items sent to review because a provider never answered";
     /// Store transactions taken by group commit, by kind of write.
-    pub store_batches: Family<KindLabel, Counter>,
+    store_batches: Family<KindLabel, Counter> => "store_batches", "Store transactions taken by group commit";
     /// Writes committed through group commit, by kind (divided by
     /// `store_batches`: the mean batch size).
-    pub store_batched_writes: Family<KindLabel, Counter>,
+    store_batched_writes: Family<KindLabel, Counter> => "store_batched_writes", "Writes committed through group commit";
+    /// Rows deleted by retention, by table.
+    retention_removed: Family<TableLabel, Counter> => "retention_removed_rows", "Rows deleted by retention, by table";
 }
 
 impl Default for Metrics {
@@ -142,250 +169,6 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    pub fn new() -> Metrics {
-        let mut registry = Registry::with_prefix("gavel");
-        let mut names = Vec::new();
-        let submissions = Family::<OutcomeLabel, Counter>::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "submissions",
-            "Submissions by outcome",
-            submissions.clone(),
-        );
-        let idempotency_replays = Family::<RouteLabel, Counter>::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "idempotency_replays",
-            "Requests answered with a stored idempotent response",
-            idempotency_replays.clone(),
-        );
-        let fingerprint_duplicates = Counter::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "fingerprint_duplicates",
-            "Submissions held as duplicate text from one author",
-            fingerprint_duplicates.clone(),
-        );
-        let queue_lag_seconds = Gauge::<f64, AtomicU64>::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "queue_lag_seconds",
-            "Seconds the oldest due item has waited",
-            queue_lag_seconds.clone(),
-        );
-        let queue_depth = Gauge::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "queue_depth",
-            "Items in the evaluation queue",
-            queue_depth.clone(),
-        );
-        let evaluations_in_flight = Gauge::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "evaluations_in_flight",
-            "Evaluations running in this process",
-            evaluations_in_flight.clone(),
-        );
-        let leases_lost = Counter::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "leases_lost",
-            "Leases that expired during their evaluation",
-            leases_lost.clone(),
-        );
-        let stale_commits = Counter::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "stale_commits",
-            "Commits refused by the version check",
-            stale_commits.clone(),
-        );
-        let evaluations_committed = Counter::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "evaluations_committed",
-            "Evaluations committed",
-            evaluations_committed.clone(),
-        );
-        let rule_evaluations = Family::<PluginOutcomeLabels, Counter>::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "rule_evaluations",
-            "Rule evaluations by plugin version and outcome",
-            rule_evaluations.clone(),
-        );
-        let rule_evaluation_seconds =
-            Family::<PluginLabels, Histogram>::new_with_constructor(evaluation_seconds as fn() -> Histogram);
-        reg(
-            &mut registry,
-            &mut names,
-            "rule_evaluation_seconds",
-            "Rule evaluation durations by plugin version",
-            rule_evaluation_seconds.clone(),
-        );
-        let decisions = Family::<VerdictLabel, Counter>::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "decisions",
-            "Combined verdicts of committed evaluations",
-            decisions.clone(),
-        );
-        let reversals = Family::<PluginLabels, Counter>::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "reversals",
-            "Automated decisions overturned by a moderator",
-            reversals.clone(),
-        );
-        let shadow_disagreements = Family::<PluginLabels, Counter>::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "shadow_disagreements",
-            "Shadow decisions that disagreed with the enforced outcome",
-            shadow_disagreements.clone(),
-        );
-        let retries = Counter::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "retries",
-            "Host-side evaluation failures retried",
-            retries.clone(),
-        );
-        let dead_letters = Counter::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "dead_letters",
-            "Evaluations dead-lettered",
-            dead_letters.clone(),
-        );
-        let reconciled = Counter::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "reconciled",
-            "Items the reconciler queued again",
-            reconciled.clone(),
-        );
-        let plugin_reloads = Family::<ResultLabel, Counter>::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "plugin_reloads",
-            "Plugin file loads by result",
-            plugin_reloads.clone(),
-        );
-        let plugin_quarantines = Counter::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "plugin_quarantines",
-            "Plugins quarantined",
-            plugin_quarantines.clone(),
-        );
-        let deliveries = Family::<ResultLabel, Counter>::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "deliveries",
-            "Webhook delivery attempts by result",
-            deliveries.clone(),
-        );
-        let deliveries_pending = Gauge::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "deliveries_pending",
-            "Webhook deliveries claimed last round (a busy dispatcher claims a full batch)",
-            deliveries_pending.clone(),
-        );
-        let provider_requests = Family::<ResultLabel, Counter>::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "provider_requests",
-            "Provider requests sent, by result",
-            provider_requests.clone(),
-        );
-        let provider_callbacks = Family::<OutcomeLabel, Counter>::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "provider_callbacks",
-            "Provider callbacks by outcome",
-            provider_callbacks.clone(),
-        );
-        let provider_timeouts = Counter::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "provider_timeouts",
-            "Items held for review because a provider never answered",
-            provider_timeouts.clone(),
-        );
-        let store_batches = Family::<KindLabel, Counter>::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "store_batches",
-            "Store transactions taken by group commit, by kind of write",
-            store_batches.clone(),
-        );
-        let store_batched_writes = Family::<KindLabel, Counter>::default();
-        reg(
-            &mut registry,
-            &mut names,
-            "store_batched_writes",
-            "Writes committed through group commit, by kind",
-            store_batched_writes.clone(),
-        );
-        Metrics {
-            registry,
-            names,
-            deliveries,
-            deliveries_pending,
-            provider_requests,
-            provider_callbacks,
-            provider_timeouts,
-            store_batches,
-            store_batched_writes,
-            submissions,
-            idempotency_replays,
-            fingerprint_duplicates,
-            queue_lag_seconds,
-            queue_depth,
-            evaluations_in_flight,
-            leases_lost,
-            stale_commits,
-            evaluations_committed,
-            rule_evaluations,
-            rule_evaluation_seconds,
-            decisions,
-            reversals,
-            shadow_disagreements,
-            retries,
-            dead_letters,
-            reconciled,
-            plugin_reloads,
-            plugin_quarantines,
-        }
-    }
-
     /// The name of every metric family this exports (`gavel_queue_depth`, ...).
     pub fn family_names(&self) -> &[String] {
         &self.names

@@ -56,7 +56,8 @@ pub fn verify(
         return Err(SignatureError::Missing);
     };
     let at: i64 = timestamp.trim().parse().map_err(|_| SignatureError::BadTimestamp)?;
-    if (now - at).abs() > MAX_AGE_SECS {
+    // `abs_diff`: a hostile timestamp (i64::MIN) cannot overflow the check.
+    if now.abs_diff(at) > MAX_AGE_SECS as u64 {
         return Err(SignatureError::Expired);
     }
     let tag = signature
@@ -72,7 +73,7 @@ pub fn verify(
 
 /// The wall clock in Unix seconds.
 pub fn now_secs() -> i64 {
-    crate::store::now_ms() / 1000
+    crate::clock::now_ms() / 1000
 }
 
 #[cfg(test)]
@@ -131,6 +132,17 @@ mod tests {
         assert_eq!(
             verify(SECRET, Some("yesterday"), Some(&sig), body, 1_000),
             Err(SignatureError::BadTimestamp)
+        );
+        for hostile in [i64::MIN, i64::MAX, -1] {
+            assert_eq!(
+                verify(SECRET, Some(&hostile.to_string()), Some(&sig), body, 1_700_000_000),
+                Err(SignatureError::Expired),
+                "{hostile}"
+            );
+        }
+        assert_eq!(
+            verify(SECRET, Some("1000"), Some(&sig), body, i64::MIN),
+            Err(SignatureError::Expired)
         );
     }
 }

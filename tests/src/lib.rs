@@ -11,29 +11,7 @@ use std::time::Duration;
 
 pub mod receiver;
 
-/// Instantiates `async fn test(backend: Backend)` functions as `#[tokio::test]`s
-/// on both stores: `sqlite::test` (embedded) and `postgres::test`.
-#[macro_export]
-macro_rules! both_stores {
-    ($($test:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $test() {
-                    super::$test($crate::servers::Backend::Sqlite).await
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-                async fn $test() {
-                    super::$test($crate::servers::Backend::Postgres).await
-                }
-            )*
-        }
-    };
-}
+pub mod server;
 pub mod servers;
 
 /// A small deterministic generator (xorshift), so a seed replays a test's
@@ -80,6 +58,16 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
+/// The four Rust example rules every test server loads: (name, component).
+pub fn example_rust_plugins() -> [(&'static str, &'static str); 4] {
+    [
+        ("link-spam", guests::LINK_SPAM),
+        ("duplicate-burst", guests::DUPLICATE_BURST),
+        ("flag-ratio", guests::FLAG_RATIO),
+        ("banned-terms", guests::BANNED_TERMS),
+    ]
+}
+
 /// The example plugins: (component path, `cases.json` path).
 pub fn example_plugins() -> Vec<(&'static str, PathBuf)> {
     let root = repo_root();
@@ -92,8 +80,8 @@ pub fn example_plugins() -> Vec<(&'static str, PathBuf)> {
     ]
 }
 
-/// Limits shrunk for tests (RELIABILITY.md): deadlines short enough that a
-/// runaway rule costs the suite little.
+/// Limits shrunk for tests (docs/RELIABILITY.md): deadlines short enough
+/// that a runaway rule costs the suite little.
 pub fn test_limits() -> RuntimeLimits {
     RuntimeLimits {
         async_deadline: Duration::from_millis(100),
@@ -126,7 +114,7 @@ pub fn snapshot(text: &str, config: &[(&str, &str)]) -> Snapshot {
 pub fn evaluate_spec(engine: &RuleEngine, plugin: &LoadedPlugin, spec: &SnapshotSpec) -> Evaluation {
     let mut s = snapshot_from_spec(spec);
     fit_snapshot(&mut s, engine.limits().max_snapshot_bytes);
-    engine.evaluate(plugin, &s)
+    engine.evaluate(plugin, &s).expect("the host runs the evaluation")
 }
 
 /// Resident set size of this process, in bytes (Linux).

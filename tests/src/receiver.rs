@@ -21,6 +21,8 @@ pub struct Behaviour {
     pub status: AtomicU16,
     /// Delay before answering, in ms.
     pub delay_ms: AtomicU64,
+    /// When set, every request is answered `307 Temporary Redirect` there.
+    pub redirect_to: Mutex<Option<String>>,
 }
 
 struct Shared {
@@ -88,14 +90,22 @@ impl Drop for Receiver {
     }
 }
 
-async fn hook(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> StatusCode {
+async fn hook(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> axum::response::Response {
+    use axum::response::IntoResponse;
     shared.requests.fetch_add(1, Ordering::Relaxed);
+    if let Some(to) = shared.behaviour.redirect_to.lock().unwrap().clone() {
+        return (StatusCode::TEMPORARY_REDIRECT, [(axum::http::header::LOCATION, to)]).into_response();
+    }
+    answer(&shared, &headers, &body).await.into_response()
+}
+
+async fn answer(shared: &Shared, headers: &HeaderMap, body: &Bytes) -> StatusCode {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     if gavel::signing::verify(
         shared.secret.as_bytes(),
         header(gavel::signing::TIMESTAMP_HEADER),
         header(gavel::signing::SIGNATURE_HEADER),
-        &body,
+        body,
         gavel::signing::now_secs(),
     )
     .is_err()
@@ -121,7 +131,7 @@ async fn hook(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes
     if status != 0 {
         return StatusCode::from_u16(status).unwrap();
     }
-    let Ok(change) = serde_json::from_slice::<Change>(&body) else {
+    let Ok(change) = serde_json::from_slice::<Change>(body) else {
         return StatusCode::BAD_REQUEST;
     };
     if header(gavel::delivery::EVENT_ID_HEADER) != Some(change.event_id.as_str()) {

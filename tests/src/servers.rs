@@ -1,7 +1,7 @@
 //! Real servers for the tests: a PostgreSQL started from `initdb` into a
-//! temp dir on a free port, and gavel itself served on port 0.
+//! temp dir on a free port, redis-servers (alone, or three masters of a
+//! Redis Cluster), and real `gavel serve` processes.
 
-use gavel::config::{Config, Role, TokenConfig};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -267,213 +267,106 @@ pub fn shared_redis() -> &'static Redis {
     REDIS.get_or_init(Redis::start)
 }
 
-/// Which store a test runs against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Sqlite,
-    Postgres,
-}
-
-/// A database URL for `backend`, fresh for each call. For SQLite the file
-/// lives in `dir`.
-pub async fn database_url(backend: Backend, dir: &Path) -> String {
-    match backend {
-        Backend::Sqlite => format!("sqlite://{}", dir.join("gavel.db").display()),
-        Backend::Postgres => postgres().database().await,
-    }
-}
-
-/// gavel serving on 127.0.0.1:0 in this process, with the four Rust example
-/// plugins (and the banned-terms sidecar) in its plugin directory.
-pub struct TestServer {
-    pub url: String,
-    /// Token of client `web`.
-    pub client: String,
-    /// Token of client `app` (another scope).
-    pub client2: String,
-    pub moderator: String,
-    pub config: Config,
-    pub http: reqwest::Client,
-    /// What `/metrics` exports, read directly (stale commits, lost leases, ...).
-    pub metrics: std::sync::Arc<gavel::metrics::Metrics>,
-    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
-    dir: Option<tempfile::TempDir>,
-}
-
-impl TestServer {
-    pub async fn start(backend: Backend) -> TestServer {
-        Self::start_with(backend, |_| {}).await
-    }
-
-    pub async fn start_with(backend: Backend, tweak: impl FnOnce(&mut Config)) -> TestServer {
-        Self::start_in(tempfile::tempdir().unwrap(), backend, tweak).await
-    }
-
-    /// Starts in `dir` (its `plugins/` and database, if SQLite, are reused).
-    pub async fn start_in(dir: tempfile::TempDir, backend: Backend, tweak: impl FnOnce(&mut Config)) -> TestServer {
-        let plugins = dir.path().join("plugins");
-        std::fs::create_dir_all(&plugins).unwrap();
-        for (name, path) in [
-            ("link-spam", crate::guests::LINK_SPAM),
-            ("duplicate-burst", crate::guests::DUPLICATE_BURST),
-            ("flag-ratio", crate::guests::FLAG_RATIO),
-            ("banned-terms", crate::guests::BANNED_TERMS),
-        ] {
-            std::fs::copy(path, plugins.join(format!("{name}.wasm"))).unwrap();
+/// A free port `p` whose cluster bus port `p + 10000` is free too.
+fn free_cluster_port() -> u16 {
+    loop {
+        let p = free_port();
+        if p < 55_000
+            && std::net::TcpListener::bind(("127.0.0.1", p)).is_ok()
+            && std::net::TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok()
+        {
+            return p;
         }
-        std::fs::copy(
-            crate::repo_root().join("plugins/banned-terms.toml"),
-            plugins.join("banned-terms.toml"),
-        )
-        .unwrap();
-        let token = |name: &str, role| TokenConfig {
-            name: name.into(),
-            token: gavel::config::new_token(),
-            role,
-        };
-        let tokens = vec![
-            token("web", Role::Client),
-            token("app", Role::Client),
-            token("mod", Role::Moderator),
-        ];
-        let mut config = Config {
-            data_dir: dir.path().join("data"),
-            // Shrunk timers (RELIABILITY.md): the debounce is short and the
-            // reconciler quick, through config, not test-only code paths.
-            evaluation: gavel::config::EvaluationConfig {
-                debounce: gavel::config::Debounce {
-                    window_ms: 100,
-                    max_wait_ms: 1_000,
-                    ..Default::default()
-                },
-                lease_ttl_ms: 2_000,
-                reconcile_interval_ms: 200,
-                reconcile_grace_ms: 500,
-                poll_interval_ms: 5,
-                retry_base_ms: 50,
-                ..Default::default()
-            },
-            plugin_dir: plugins,
-            database_url: Some(database_url(backend, dir.path()).await),
-            tokens: tokens.clone(),
-            limits: crate::test_limits(),
-            ..Config::default()
-        };
-        // The suites send thousands of requests from one token in seconds.
-        config.ingest.client_rate_per_second = 100_000;
-        config.ingest.client_burst = 100_000;
-        // Bound first, so `config.listen` (and the callback URL built from
-        // it) is the real address.
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        config.listen = listener.local_addr().unwrap();
-        tweak(&mut config);
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let metrics = std::sync::Arc::new(gavel::metrics::Metrics::new());
-        let task = tokio::spawn(gavel::serve_with_metrics(
-            config.clone(),
-            listener,
-            async {
-                let _ = rx.await;
-            },
-            metrics.clone(),
-        ));
-        let token_of = |name: &str| config.tokens.iter().find(|t| t.name == name).unwrap().token.clone();
-        let server = TestServer {
-            url,
-            client: token_of("web"),
-            client2: token_of("app"),
-            moderator: token_of("mod"),
-            config,
-            http: reqwest::Client::new(),
-            metrics,
-            shutdown: Some(tx),
-            task: Some(task),
-            dir: Some(dir),
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(r) = server.http.get(format!("{}/readyz", server.url)).send().await
-                && r.status().is_success()
-            {
-                break;
-            }
-            assert!(Instant::now() < deadline, "gavel did not become ready");
-            tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A real Redis Cluster: three masters (`redis-server --cluster-enabled
+/// yes`) joined by `redis-cli --cluster create`, each in its own temp dir.
+/// It stops by itself when the test process exits.
+pub struct RedisCluster {
+    pub ports: Vec<u16>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl RedisCluster {
+    fn start() -> RedisCluster {
+        let server = which("redis-server").expect("redis-server is not on PATH; `cargo xtask test` installs it");
+        let cli = which("redis-cli").expect("redis-cli is not on PATH; it comes with redis-server");
+        let (mut ports, mut dirs) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            let port = free_cluster_port();
+            let dir = tempfile::tempdir().unwrap();
+            let pidfile = dir.path().join("watchdog.pid");
+            let script = format!(
+                "'{}' --port {port} --bind 127.0.0.1 --cluster-enabled yes --cluster-config-file nodes.conf \
+                 --save '' --appendonly no --dir '{dir}' >>'{dir}/redis.log' 2>&1 & rs=$!; echo $rs > '{pid}'; \
+                 while kill -0 {me} 2>/dev/null && kill -0 $rs 2>/dev/null; do sleep 0.5; done; kill -9 $rs 2>/dev/null",
+                server.display(),
+                dir = dir.path().display(),
+                pid = pidfile.display(),
+                me = std::process::id(),
+            );
+            spawn_watched(&script, &pidfile, port, Duration::from_secs(10))
+                .expect("a cluster redis-server did not start");
+            ports.push(port);
+            dirs.push(dir);
         }
-        server
-    }
-
-    /// Stops gracefully and returns what `serve` returned.
-    pub async fn stop(mut self) -> anyhow::Result<()> {
-        let _ = self.shutdown.take().unwrap().send(());
-        self.task.take().unwrap().await.unwrap()
-    }
-
-    /// Stops gracefully, handing back the config and directory for a restart
-    /// ([`TestServer::start_in`]).
-    pub async fn stop_keeping_dir(mut self) -> (Config, tempfile::TempDir) {
-        let _ = self.shutdown.take().unwrap().send(());
-        self.task.take().unwrap().await.unwrap().unwrap();
-        (self.config.clone(), self.dir.take().unwrap())
-    }
-
-    /// `POST path` with a JSON body and a bearer token.
-    pub fn post(&self, path: &str, token: &str) -> reqwest::RequestBuilder {
-        self.http.post(format!("{}{path}", self.url)).bearer_auth(token)
-    }
-
-    pub fn get(&self, path: &str, token: &str) -> reqwest::RequestBuilder {
-        self.http.get(format!("{}{path}", self.url)).bearer_auth(token)
-    }
-
-    /// `GET path` as JSON (any status).
-    pub async fn get_json(&self, path: &str, token: &str) -> serde_json::Value {
-        self.get(path, token).send().await.unwrap().json().await.unwrap()
-    }
-
-    /// Another handle on the server's database, for checks in SQL terms.
-    pub async fn open_store(&self) -> gavel::store::SharedStore {
-        gavel::store::open(&self.config.database_url(), 2).await.unwrap()
-    }
-
-    /// Submits `text` by `author` as client `web`; returns the item id.
-    pub async fn submit(&self, author: &str, text: &str, context: serde_json::Value) -> String {
-        let r: serde_json::Value = self
-            .post("/v1/items", &self.client)
-            .json(&serde_json::json!({"kind": "post", "author": author, "text": text, "context": context}))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
+        let nodes: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let status = Command::new(&cli)
+            .args(["--cluster", "create"])
+            .args(&nodes)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
             .unwrap();
-        r["id"].as_str().unwrap_or_else(|| panic!("{r}")).to_string()
-    }
-
-    /// Polls `GET /v1/items/{id}` until `done` holds (or 20 s pass).
-    pub async fn wait_for(&self, id: &str, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        assert!(status.success(), "redis-cli --cluster create failed");
+        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let item: serde_json::Value = self
-                .get(&format!("/v1/items/{id}"), &self.moderator)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            if done(&item) {
-                return item;
+            let ok = ports.iter().all(|p| {
+                Command::new(&cli)
+                    .args(["-p", &p.to_string(), "cluster", "info"])
+                    .output()
+                    .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("cluster_state:ok"))
+            });
+            if ok {
+                break;
             }
             assert!(
                 Instant::now() < deadline,
-                "item never reached the expected state: {item:#}"
+                "the Redis Cluster never reached cluster_state:ok"
             );
-            tokio::time::sleep(Duration::from_millis(25)).await;
+            std::thread::sleep(Duration::from_millis(100));
         }
+        RedisCluster { ports, _dirs: dirs }
     }
+
+    /// `redis+cluster://` with every node, as gavel's `redis_url`.
+    pub fn url(&self) -> String {
+        let nodes: Vec<String> = self.ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        format!("redis+cluster://{}", nodes.join(","))
+    }
+
+    /// How many keys each master holds (`DBSIZE`), in port order.
+    pub fn keys_per_master(&self) -> Vec<u64> {
+        let cli = which("redis-cli").expect("redis-cli");
+        self.ports
+            .iter()
+            .map(|p| {
+                let out = Command::new(&cli)
+                    .args(["-p", &p.to_string(), "dbsize"])
+                    .output()
+                    .unwrap();
+                String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0)
+            })
+            .collect()
+    }
+}
+
+/// The Redis Cluster shared by one test binary (tests keep apart by key prefix).
+pub fn shared_cluster() -> &'static RedisCluster {
+    static CLUSTER: OnceLock<RedisCluster> = OnceLock::new();
+    CLUSTER.get_or_init(RedisCluster::start)
 }
 
 /// The `gavel` binary the kill tests run: built by `cargo xtask test`
@@ -504,7 +397,11 @@ impl GavelProcess {
     /// Starts `gavel serve --config CONFIG` with `listen` set to a free port
     /// and waits until it answers `/healthz`.
     pub fn start(dir: &Path, name: &str, config_toml: &str) -> GavelProcess {
-        let port = free_port();
+        Self::start_at(dir, name, free_port(), config_toml)
+    }
+
+    /// [`GavelProcess::start`] listening on `port`.
+    pub fn start_at(dir: &Path, name: &str, port: u16, config_toml: &str) -> GavelProcess {
         let config = dir.join(format!("{name}.toml"));
         std::fs::write(&config, format!("listen = \"127.0.0.1:{port}\"\n{config_toml}")).unwrap();
         let mut p = GavelProcess {
@@ -594,14 +491,17 @@ pub struct Acknowledged {
     pub unavailable: u64,
 }
 
-/// Submits item `i` (external id `ext-i`, author `author-i`) with
-/// Idempotency-Key `submit-i` until it is acknowledged, retrying with the
-/// same key after connection errors, 409 (in flight) and 503; any other
-/// answer is a test failure (in particular any other 5xx).
-pub async fn submit_until_acknowledged(http: &reqwest::Client, url: &str, token: &str, i: u64) -> Acknowledged {
-    let body = serde_json::json!({"external_id": format!("ext-{i}"), "kind": "post", "author": format!("author-{i}"), "text": format!("post number {i}")});
+/// Submits item `i` (author `author-i`, text `post number i`, no external
+/// id: only the Idempotency-Key `submit-i` keeps retries from making a
+/// second item) until it is acknowledged, retrying with the same key after
+/// connection errors, 409 (in flight, or taken over by an earlier retry)
+/// and 503; any other answer is a test failure (in particular any other
+/// 5xx). Each attempt goes to the next of `urls` (several api processes).
+pub async fn submit_until_acknowledged(http: &reqwest::Client, urls: &[String], token: &str, i: u64) -> Acknowledged {
+    let body = serde_json::json!({"kind": "post", "author": format!("author-{i}"), "text": format!("post number {i}")});
     let (mut attempts, mut unavailable) = (0, 0);
     loop {
+        let url = &urls[attempts as usize % urls.len()];
         attempts += 1;
         let r = http
             .post(format!("{url}/v1/items"))

@@ -94,7 +94,7 @@ pub async fn replay_delivery(
     Moderator(_moderator): Moderator,
     Path(id): Path<i64>,
 ) -> Result<StatusCode, ApiError> {
-    if !state.store.replay_delivery(id, crate::store::now_ms()).await? {
+    if !state.store.replay_delivery(id, crate::clock::now_ms()).await? {
         return Err(ApiError::not_found("dead delivery"));
     }
     Ok(StatusCode::ACCEPTED)

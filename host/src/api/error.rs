@@ -68,6 +68,15 @@ impl From<crate::store::StoreError> for ApiError {
                 "the store is unavailable; retry later",
             )
             .retry_after(2),
+            crate::store::StoreError::Conflict(_) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "store_contended",
+                "the store is busy with conflicting writes; retry",
+            )
+            .retry_after(1),
+            crate::store::StoreError::Invalid(_) => {
+                ApiError::bad_request("invalid_value", "the store refused a value of this request")
+            }
             _ => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",

@@ -1,30 +1,40 @@
 //! The HTTP API (v1). `router(state)` builds the whole app, so tests can
 //! serve it on port 0; every response error uses the one JSON format.
+//! [`route_table`] lists every route with who may call it, from the same
+//! builder the router is made by.
 
 mod auth;
 mod delivery;
 mod error;
+mod events;
+mod idempotency;
 mod items;
+mod limits;
 mod moderation;
 mod providers;
+mod submit;
 mod system;
+mod validate;
 
 pub use auth::{Caller, Tokens};
 pub use delivery::ChangesPage;
 pub use error::{ApiError, ErrorBody};
-pub use items::{EventRequest, EventResponse, ItemView, SubmitRequest, SubmitResponse};
+pub use events::{EventRequest, EventResponse};
+pub use items::ItemView;
+pub use limits::AuthorLimiter;
 pub use providers::CallbackResponse;
+pub use submit::{SubmitRequest, SubmitResponse};
 
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::rules::Registry;
+use crate::rules::{EvaluationPool, Registry};
 use crate::store::{SharedStore, Writes};
 use crate::worker::Scheduler;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::http::{HeaderName, StatusCode};
-use axum::response::IntoResponse;
-use axum::routing::{get, post};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodRouter, get, post};
 use governor::{DefaultKeyedRateLimiter, Quota};
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -39,51 +49,174 @@ pub type RateLimiter = DefaultKeyedRateLimiter<String>;
 pub struct AppState {
     pub config: Arc<Config>,
     pub store: SharedStore,
-    /// The store's group-committed writes (submissions).
+    /// The store's group-committed writes (submissions, events).
     pub writes: Writes,
     pub registry: Arc<Registry>,
+    /// The evaluation threads (sync-phase rules run there too).
+    pub pool: Arc<EvaluationPool>,
     pub scheduler: Scheduler,
     /// Everything `/metrics` exports (the queue lag drives degraded mode).
     pub metrics: Arc<Metrics>,
     pub tokens: Arc<Tokens>,
     pub client_limiter: Arc<RateLimiter>,
-    pub author_limiter: Arc<RateLimiter>,
+    pub author_limiter: Arc<AuthorLimiter>,
+}
+
+/// The parts an [`AppState`] is made of.
+pub struct StateParts {
+    pub config: Arc<Config>,
+    pub store: SharedStore,
+    pub writes: Writes,
+    pub registry: Arc<Registry>,
+    pub pool: Arc<EvaluationPool>,
+    pub scheduler: Scheduler,
+    pub metrics: Arc<Metrics>,
+    pub tokens: Tokens,
 }
 
 impl AppState {
-    pub fn new(
-        config: Arc<Config>,
-        store: SharedStore,
-        writes: Writes,
-        registry: Arc<Registry>,
-        scheduler: Scheduler,
-        metrics: Arc<Metrics>,
-        tokens: Tokens,
-    ) -> Self {
-        let quota = |rate: u32, burst: u32| {
-            Quota::per_second(NonZeroU32::new(rate.max(1)).expect("max(1) is non-zero"))
-                .allow_burst(NonZeroU32::new(burst.max(1)).expect("max(1) is non-zero"))
-        };
-        let i = &config.ingest;
+    pub fn new(p: StateParts) -> Self {
+        let i = &p.config.ingest;
+        let client = Quota::per_second(NonZeroU32::new(i.client_rate_per_second.max(1)).expect("max(1) is non-zero"))
+            .allow_burst(NonZeroU32::new(i.client_burst.max(1)).expect("max(1) is non-zero"));
         AppState {
-            client_limiter: Arc::new(RateLimiter::keyed(quota(i.client_rate_per_second, i.client_burst))),
-            author_limiter: Arc::new(RateLimiter::keyed(quota(i.author_rate_per_second, i.author_burst))),
-            config,
-            store,
-            writes,
-            registry,
-            scheduler,
-            metrics,
-            tokens: Arc::new(tokens),
+            client_limiter: Arc::new(RateLimiter::keyed(client)),
+            author_limiter: Arc::new(AuthorLimiter::new(
+                i.author_rate_per_second,
+                i.author_burst,
+                i.author_limiter_max_keys,
+            )),
+            config: p.config,
+            store: p.store,
+            writes: p.writes,
+            registry: p.registry,
+            pool: p.pool,
+            scheduler: p.scheduler,
+            metrics: p.metrics,
+            tokens: Arc::new(p.tokens),
         }
     }
+}
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// No token (health, metrics, the document).
+    Public,
+    /// Any token; a client token sees its own items.
+    Client,
+    /// A moderator token.
+    Moderator,
+    /// A provider's HMAC signature.
+    Provider,
+}
+
+/// One route of the API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteInfo {
+    pub method: Method,
+    /// axum's path syntax (`/v1/items/{id}`).
+    pub path: &'static str,
+    pub access: Access,
+}
+
+/// Builds the router and the table of its routes together.
+struct Routes {
+    router: Router<AppState>,
+    table: Vec<RouteInfo>,
+}
+
+impl Routes {
+    fn add(mut self, method: Method, path: &'static str, access: Access, handler: MethodRouter<AppState>) -> Self {
+        self.table.push(RouteInfo { method, path, access });
+        self.router = self.router.route(path, handler);
+        self
+    }
+}
+
+fn routes() -> Routes {
+    use Access::*;
+    Routes {
+        router: Router::new(),
+        table: Vec::new(),
+    }
+    .add(Method::POST, "/v1/items", Client, post(submit::submit))
+    .add(Method::POST, "/v1/items/batch", Client, post(submit::submit_batch))
+    .add(Method::GET, "/v1/items/{id}", Client, get(items::get_item))
+    .add(
+        Method::POST,
+        "/v1/items/{id}/events",
+        Client,
+        post(events::append_event),
+    )
+    .add(Method::POST, "/v1/events/batch", Client, post(events::append_batch))
+    .add(
+        Method::POST,
+        "/v1/items/{id}/moderation",
+        Moderator,
+        post(moderation::moderate),
+    )
+    .add(
+        Method::POST,
+        "/v1/items/{id}/evaluate",
+        Moderator,
+        post(moderation::evaluate_now),
+    )
+    .add(
+        Method::GET,
+        "/v1/review-queue",
+        Moderator,
+        get(moderation::review_queue),
+    )
+    .add(
+        Method::GET,
+        "/v1/dead-letters",
+        Moderator,
+        get(moderation::dead_letters),
+    )
+    .add(
+        Method::POST,
+        "/v1/dead-letters/{id}/replay",
+        Moderator,
+        post(moderation::replay_dead_letter),
+    )
+    .add(Method::GET, "/v1/changes", Client, get(delivery::changes))
+    .add(Method::GET, "/v1/deliveries", Moderator, get(delivery::deliveries))
+    .add(
+        Method::POST,
+        "/v1/deliveries/{id}/replay",
+        Moderator,
+        post(delivery::replay_delivery),
+    )
+    .add(
+        Method::POST,
+        "/v1/provider-callbacks/{provider}",
+        Provider,
+        post(providers::callback),
+    )
+    .add(Method::GET, "/v1/plugins", Moderator, get(system::plugins))
+    .add(
+        Method::GET,
+        "/v1/plugins/history",
+        Moderator,
+        get(system::plugin_history),
+    )
+    .add(Method::GET, "/healthz", Public, get(system::healthz))
+    .add(Method::GET, "/readyz", Public, get(system::readyz))
+    .add(Method::GET, "/metrics", Public, get(system::metrics))
+    .add(Method::GET, "/openapi.json", Public, get(system::openapi))
+}
+
+/// Every route of [`router`], with who may call it.
+pub fn route_table() -> Vec<RouteInfo> {
+    routes().table
 }
 
 #[derive(OpenApi)]
 #[openapi(
     info(title = "gavel", description = "Moderation and anti-spam rule host"),
     paths(
-        items::submit, items::append_event, items::get_item,
+        submit::submit, submit::submit_batch, items::get_item, events::append_event, events::append_batch,
         moderation::moderate, moderation::review_queue, moderation::evaluate_now,
         moderation::dead_letters, moderation::replay_dead_letter,
         delivery::changes, delivery::deliveries, delivery::replay_delivery, providers::callback,
@@ -123,25 +256,8 @@ pub fn openapi_json() -> String {
 /// The whole HTTP app.
 pub fn router(state: AppState) -> Router {
     let request_id = HeaderName::from_static("x-request-id");
-    Router::new()
-        .route("/v1/items", post(items::submit))
-        .route("/v1/items/{id}", get(items::get_item))
-        .route("/v1/items/{id}/events", post(items::append_event))
-        .route("/v1/items/{id}/moderation", post(moderation::moderate))
-        .route("/v1/items/{id}/evaluate", post(moderation::evaluate_now))
-        .route("/v1/review-queue", get(moderation::review_queue))
-        .route("/v1/dead-letters", get(moderation::dead_letters))
-        .route("/v1/dead-letters/{id}/replay", post(moderation::replay_dead_letter))
-        .route("/v1/changes", get(delivery::changes))
-        .route("/v1/deliveries", get(delivery::deliveries))
-        .route("/v1/deliveries/{id}/replay", post(delivery::replay_delivery))
-        .route("/v1/provider-callbacks/{provider}", post(providers::callback))
-        .route("/v1/plugins", get(system::plugins))
-        .route("/v1/plugins/history", get(system::plugin_history))
-        .route("/healthz", get(system::healthz))
-        .route("/readyz", get(system::readyz))
-        .route("/metrics", get(system::metrics))
-        .route("/openapi.json", get(system::openapi))
+    routes()
+        .router
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
@@ -167,7 +283,7 @@ pub fn health_router(state: AppState) -> Router {
             ApiError::new(
                 StatusCode::NOT_FOUND,
                 "not_found",
-                "a worker process serves only /healthz and /readyz",
+                "a worker process serves only /healthz, /readyz and /metrics",
             )
         })
         .with_state(state)
@@ -175,11 +291,35 @@ pub fn health_router(state: AppState) -> Router {
 
 /// Turns a panic in a handler into the one error format (500), so even a
 /// bug never answers with a dropped connection.
-pub fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> axum::response::Response {
+pub fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
     ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
         "internal",
         "internal error; it has been logged",
     )
     .into_response()
+}
+
+/// A JSON body with its content type.
+fn json_response(status: StatusCode, body: String) -> Response {
+    let mut r = (status, body).into_response();
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+/// The request id the middleware put on the request (and echoes back).
+fn request_id(headers: &HeaderMap) -> String {
+    headers
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .map_or_else(|| uuid::Uuid::now_v7().to_string(), str::to_string)
+}
+
+/// 429 with `Retry-After` when `key` is over its rate.
+fn rate_limited(limiter: &RateLimiter, key: &str) -> Result<(), ApiError> {
+    limiter.check_key(&key.to_string()).map_err(|not_until| {
+        let wait = not_until.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default()));
+        limits::too_many(wait)
+    })
 }

@@ -3,9 +3,10 @@
 use super::AppState;
 use super::auth::Moderator;
 use super::error::{ApiError, ErrorBody, Json, Path, Query};
-use super::items::{ItemView, item_view, request_id};
-use crate::status::ItemStatus;
-use crate::store::{ModerationOutcome, moderate as store_moderate};
+use super::items::{ItemView, item_view};
+use super::validate;
+use crate::domain::ItemStatus;
+use crate::store::{Moderation, ModerationOutcome, moderate as store_moderate};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
@@ -18,9 +19,13 @@ pub struct ModerationRequest {
     /// `visible`, `held_for_review`, `rejected` or `deleted`.
     pub status: ItemStatus,
     /// Why; kept in the audit trail.
+    #[schema(max_length = 1024)]
     pub reason: String,
-    /// Who decided; defaults to the token's name.
+    /// A display note kept beside the decision (e.g. the person at the
+    /// keyboard of a shared tool). The identity in the audit trail is always
+    /// the token's name.
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 256)]
     pub moderator: Option<String>,
 }
 
@@ -51,8 +56,10 @@ pub async fn moderate(
             format!("a moderator cannot set status {}", req.status),
         ));
     }
-    if req.reason.len() > 1024 {
-        return Err(ApiError::bad_request("invalid_body", "`reason` is over 1 KiB"));
+    validate::path_id("id", &id)?;
+    validate::text("reason", &req.reason, 1024)?;
+    if let Some(note) = &req.moderator {
+        validate::identifier("moderator", note, 256)?;
     }
     let if_match = match headers.get(axum::http::header::IF_MATCH) {
         None => None,
@@ -64,15 +71,18 @@ pub async fn moderate(
                 .ok_or_else(|| ApiError::bad_request("invalid_if_match", "If-Match must be an item version number"))?,
         ),
     };
-    let moderator = req.moderator.clone().unwrap_or_else(|| caller.name.clone());
+    let correlation_id = super::request_id(&headers);
     let outcome = store_moderate(
         state.store.as_ref(),
-        &id,
-        req.status,
-        if_match,
-        &moderator,
-        &req.reason,
-        &request_id(&headers),
+        &Moderation {
+            id: &id,
+            to: req.status,
+            if_match,
+            moderator: &caller.name,
+            note: req.moderator.as_deref().filter(|n| *n != caller.name),
+            reason: &req.reason,
+            correlation_id: &correlation_id,
+        },
     )
     .await?;
     match outcome {
@@ -154,6 +164,7 @@ pub async fn review_queue(
         .as_deref()
         .map(|c| {
             c.split_once('_')
+                .filter(|(_, id)| validate::path_id("cursor", id).is_ok())
                 .and_then(|(at, id)| Some((at.parse::<i64>().ok()?, id.to_string())))
                 .ok_or_else(|| ApiError::bad_request("invalid_cursor", "cursor is not one gavel issued"))
         })
@@ -191,7 +202,8 @@ pub async fn evaluate_now(
     Moderator(_moderator): Moderator,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    if !state.store.request_evaluation(&id, crate::store::now_ms()).await? {
+    validate::path_id("id", &id)?;
+    if !state.store.request_evaluation(&id, crate::clock::now_ms()).await? {
         return Err(ApiError::not_found("item"));
     }
     state.scheduler.schedule_now(&id).await;
@@ -233,7 +245,7 @@ pub async fn replay_dead_letter(
     Moderator(_moderator): Moderator,
     Path(id): Path<i64>,
 ) -> Result<StatusCode, ApiError> {
-    let Some(item) = state.store.replay_dead_letter(id, crate::store::now_ms()).await? else {
+    let Some(item) = state.store.replay_dead_letter(id, crate::clock::now_ms()).await? else {
         return Err(ApiError::not_found("open dead letter"));
     };
     state.scheduler.schedule_now(&item).await;

@@ -7,9 +7,10 @@
 
 use super::AppState;
 use super::error::{ApiError, ErrorBody, Path};
+use super::validate;
+use crate::domain::{CallbackResult, Verdict};
 use crate::providers::Callback;
 use crate::store::{CallbackOutcome, NewCallback};
-use crate::verdict::Verdict;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -59,6 +60,7 @@ pub async fn callback(
             .get_or_create(&crate::metrics::OutcomeLabel { outcome })
             .inc()
     };
+    validate::path_id("provider", &provider)?;
     let Some(config) = state.config.providers.get(&provider) else {
         return Err(ApiError::not_found("provider"));
     };
@@ -87,23 +89,19 @@ pub async fn callback(
         ("request_key", &cb.request_key),
         ("item_id", &cb.item_id),
     ] {
-        if value.is_empty() || value.len() > 512 {
-            return Err(ApiError::bad_request(
-                "invalid_body",
-                format!("`{field}` must be 1-512 bytes"),
-            ));
-        }
+        validate::identifier(field, value, 512)?;
     }
-    if cb.reason.len() > 1024 || !cb.score.is_finite() {
-        return Err(ApiError::bad_request(
-            "invalid_body",
-            "`reason` is over 1 KiB or `score` is not a number",
-        ));
+    validate::text("reason", &cb.reason, 1024)?;
+    if !cb.score.is_finite() {
+        return Err(ApiError::bad_request("invalid_body", "`score` is not a number"));
     }
     let mut labels = cb.labels.clone();
     labels.extend(cb.label.clone());
-    if labels.len() > 16 || labels.iter().any(|l| l.is_empty() || l.len() > 64) {
-        return Err(ApiError::bad_request("invalid_body", "at most 16 labels of 1-64 bytes"));
+    if labels.len() > 16 {
+        return Err(ApiError::bad_request("invalid_body", "at most 16 labels"));
+    }
+    for l in &labels {
+        validate::identifier("labels", l, 64)?;
     }
     let new = NewCallback {
         provider: provider.clone(),
@@ -115,7 +113,7 @@ pub async fn callback(
         score: cb.score.clamp(0.0, 1.0),
         labels,
         reason: cb.reason.clone(),
-        now: crate::store::now_ms(),
+        now: crate::clock::now_ms(),
     };
     let span = tracing::info_span!(
         "provider.callback",
@@ -143,7 +141,9 @@ pub async fn callback(
             response(StatusCode::OK, "applied", Some(version), None)
         }
         // A repeat gets the answer its first delivery got, without effect.
-        CallbackOutcome::Duplicate { first } if first == "stale" => {
+        CallbackOutcome::Duplicate {
+            first: CallbackResult::Stale,
+        } => {
             tracing::info!("provider callback repeats a stale one; no effect");
             response(
                 StatusCode::ACCEPTED,

@@ -3,7 +3,7 @@
 use super::AppState;
 use super::auth::Moderator;
 use super::error::{ApiError, ErrorBody, Json};
-use crate::store::Mode;
+use crate::domain::Mode;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -38,9 +38,9 @@ pub struct PluginView {
     pub phases: Vec<String>,
     pub path: String,
     pub loaded_at: i64,
-    /// Not evaluated after too many failures in a row, until its file changes.
+    /// Its circuit breaker is open: not evaluated until a probe after the
+    /// cool-down succeeds (see the plugin history for when and why).
     pub quarantined: bool,
-    pub consecutive_failures: u32,
     /// Whether the compiled code came from the compilation cache (a restart
     /// or re-deploy of a known digest) rather than a fresh compilation.
     pub from_cache: bool,
@@ -101,8 +101,7 @@ pub async fn plugins(
             phases: p.phases.iter().map(|p| p.as_str().to_string()).collect(),
             path: p.plugin.path.display().to_string(),
             loaded_at: p.loaded_at_ms,
-            quarantined: p.quarantined.load(std::sync::atomic::Ordering::Relaxed),
-            consecutive_failures: p.consecutive_failures.load(std::sync::atomic::Ordering::Relaxed),
+            quarantined: p.breaker.is_open(),
             from_cache: p.plugin.from_cache,
             reuse_instances: p.instances.is_some(),
             evaluations: p.evaluations.load(std::sync::atomic::Ordering::Relaxed),

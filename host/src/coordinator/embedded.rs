@@ -2,7 +2,7 @@
 //! item) and a lease map behind one mutex.
 
 use super::{Coordinator, CoordinatorError, Lease, QueueStats, Schedule, fire_time};
-use crate::store::Millis;
+use crate::clock::Millis;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -52,21 +52,33 @@ impl Coordinator for EmbeddedCoordinator {
     }
 
     async fn claim_due(&self, now: Millis, limit: usize, ttl_ms: i64) -> Result<Vec<Lease>, CoordinatorError> {
-        let mut s = self.state.lock().expect("coordinator lock poisoned");
-        let mut claimed = Vec::new();
-        let due: Vec<(Millis, String)> = s.queue.range(..=(now, String::from("\u{10ffff}"))).cloned().collect();
-        for (fire, item) in due {
-            if claimed.len() >= limit {
+        let mut guard = self.state.lock().expect("coordinator lock poisoned");
+        let s = &mut *guard;
+        // Walk the due part of the queue in order, stopping at `limit`: a
+        // claim costs O(limit + items skipped because leased), never
+        // O(backlog). Skipped items are ones scheduled again while their
+        // evaluation runs, at most one per lease.
+        let mut taken = Vec::new();
+        for (fire, item) in s.queue.iter() {
+            if *fire > now || taken.len() >= limit {
                 break;
             }
-            if s.leases.get(&item).is_some_and(|(_, expires)| *expires > now) {
+            if s.leases.get(item).is_some_and(|(_, expires)| *expires > now) {
                 continue;
             }
+            taken.push((*fire, item.clone()));
+        }
+        let mut claimed = Vec::with_capacity(taken.len());
+        for (fire, item) in taken {
             s.queue.remove(&(fire, item.clone()));
             s.queued.remove(&item);
             let token = format!("embedded-{}", self.next_token.fetch_add(1, Ordering::Relaxed));
             s.leases.insert(item.clone(), (token.clone(), now + ttl_ms));
             claimed.push(Lease { item, token });
+        }
+        // Expired leases of items never claimed again are dropped as they are met.
+        if s.leases.len() > 4 * (s.queue.len() + limit) + 1024 {
+            s.leases.retain(|_, (_, expires)| *expires > now);
         }
         Ok(claimed)
     }

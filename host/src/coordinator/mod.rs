@@ -13,7 +13,7 @@ mod redis;
 pub use embedded::EmbeddedCoordinator;
 pub use redis::RedisCoordinator;
 
-use crate::store::Millis;
+use crate::clock::Millis;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -93,11 +93,15 @@ pub trait Coordinator: Send + Sync + 'static {
 
 pub type SharedCoordinator = Arc<dyn Coordinator>;
 
-/// Opens the coordinator a URL names: `redis://…`, or the embedded one when `None`.
-pub async fn open(redis_url: Option<&str>, key_prefix: &str) -> anyhow::Result<SharedCoordinator> {
+/// Opens the coordinator a URL names: `redis://HOST:PORT` (one server),
+/// `redis+cluster://HOST:PORT,HOST:PORT,...` (a Redis Cluster, the nodes to
+/// start from), or the embedded one when `None`. The Redis queue is sharded
+/// into `partitions` partitions (fixed for a deployment: every process
+/// sharing the queue uses the same number).
+pub async fn open(redis_url: Option<&str>, key_prefix: &str, partitions: u32) -> anyhow::Result<SharedCoordinator> {
     match redis_url {
         None => Ok(Arc::new(EmbeddedCoordinator::new())),
-        Some(url) => Ok(Arc::new(RedisCoordinator::open(url, key_prefix).await?)),
+        Some(url) => Ok(Arc::new(RedisCoordinator::open(url, key_prefix, partitions).await?)),
     }
 }
 

@@ -1,14 +1,19 @@
-//! The Redis coordinator, for many gavel processes: the debounce queue is a
-//! ZSET (member = item id, score = fire time), the first-pending times a
-//! hash, leases `SET NX PX` keys with a random token released by a
-//! compare-and-delete script. Scheduling and claiming are Lua scripts, so
-//! each is one atomic step. Every key carries the `{prefix}` hash tag, so
-//! they share one Redis Cluster slot and the scripts stay atomic there.
+//! The Redis coordinator, for many gavel processes. The queue is sharded
+//! into P fixed partitions; partition k holds its debounce queue (ZSET,
+//! member = item, score = fire time), its first-pending times (hash) and
+//! its leases (`SET NX PX` keys with a random token, released by a
+//! compare-and-delete script), all under the hash tag `{PREFIX:pK}`: every
+//! per-item operation touches one slot (atomic Lua scripts work on a Redis
+//! Cluster), and the partitions spread over every master of a cluster.
+//! An item's partition is a fixed hash of its id, so every process agrees.
+//! Claims ask the partitions in turn (a rotating start), concurrently.
 
 use super::{Coordinator, CoordinatorError, DebounceMode, Lease, QueueStats, Schedule};
-use crate::store::Millis;
-use redis::aio::ConnectionManager;
-use redis::{AsyncCommands, Script};
+use crate::clock::Millis;
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Script, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// Mirrors `fire_time` in `coordinator/mod.rs`.
@@ -27,6 +32,7 @@ redis.call('ZADD', KEYS[1], fire, item)
 return tostring(fire)
 "#;
 
+/// Claims up to ARGV[2] due items of one partition whose lease is free.
 const CLAIM: &str = r#"
 local limit = tonumber(ARGV[2])
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, limit * 8)
@@ -46,12 +52,54 @@ const RELEASE: &str = r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end
 "#;
 
-/// The Redis coordinator.
-pub struct RedisCoordinator {
-    conn: ConnectionManager,
+/// One Redis server, or a Redis Cluster.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// The keys of one partition.
+struct Partition {
     queue: String,
     first: String,
     lease_prefix: String,
+}
+
+/// The Redis coordinator.
+pub struct RedisCoordinator {
+    conn: Conn,
+    partitions: Vec<Partition>,
+    /// Where the next claim starts, so every partition gets its turn.
+    cursor: AtomicUsize,
     schedule: Script,
     claim: Script,
     release: Script,
@@ -61,33 +109,106 @@ fn unavailable(e: redis::RedisError) -> CoordinatorError {
     CoordinatorError(e.to_string())
 }
 
+/// An item's partition: FNV-1a of its id (fixed, so every process and
+/// every version agrees), modulo the partition count.
+pub fn partition_of(item: &str, partitions: usize) -> usize {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in item.bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    (hash % partitions.max(1) as u64) as usize
+}
+
 impl RedisCoordinator {
-    /// Connects (with automatic reconnection and backoff) to `url`.
-    pub async fn open(url: &str, prefix: &str) -> anyhow::Result<Self> {
-        let client = redis::Client::open(url)?;
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(2)))
-            .set_response_timeout(Some(Duration::from_secs(2)))
-            .set_number_of_retries(3)
-            .set_max_delay(Duration::from_secs(2));
-        let conn = ConnectionManager::new_with_config(client, config).await?;
-        let tag = format!("{{{prefix}}}");
+    /// Connects (with automatic reconnection and backoff) to `url`:
+    /// `redis://…` for one server, `redis+cluster://a:1,b:2` for a cluster.
+    pub async fn open(url: &str, prefix: &str, partitions: u32) -> anyhow::Result<Self> {
+        let conn = match url.strip_prefix("redis+cluster://") {
+            Some(nodes) => {
+                let nodes: Vec<String> = nodes.split(',').map(|n| format!("redis://{}", n.trim())).collect();
+                let client = redis::cluster::ClusterClientBuilder::new(nodes)
+                    .connection_timeout(Duration::from_secs(2))
+                    .response_timeout(Duration::from_secs(2))
+                    .build()?;
+                Conn::Cluster(client.get_async_connection().await?)
+            }
+            None => {
+                let client = redis::Client::open(url)?;
+                let config = redis::aio::ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(Duration::from_secs(2)))
+                    .set_response_timeout(Some(Duration::from_secs(2)))
+                    .set_number_of_retries(3)
+                    .set_max_delay(Duration::from_secs(2));
+                Conn::Single(ConnectionManager::new_with_config(client, config).await?)
+            }
+        };
+        let partitions = (0..partitions.max(1))
+            .map(|k| {
+                let tag = format!("{{{prefix}:p{k}}}");
+                Partition {
+                    queue: format!("{tag}:queue"),
+                    first: format!("{tag}:first"),
+                    lease_prefix: format!("{tag}:lease:"),
+                }
+            })
+            .collect();
         Ok(RedisCoordinator {
             conn,
-            queue: format!("{tag}:queue"),
-            first: format!("{tag}:first"),
-            lease_prefix: format!("{tag}:lease:"),
+            partitions,
+            cursor: AtomicUsize::new(0),
             schedule: Script::new(SCHEDULE),
             claim: Script::new(CLAIM),
             release: Script::new(RELEASE),
         })
+    }
+
+    fn partition(&self, item: &str) -> &Partition {
+        &self.partitions[partition_of(item, self.partitions.len())]
+    }
+
+    /// The queue key of each partition (for tests and tools).
+    pub fn queue_keys(&self) -> Vec<String> {
+        self.partitions.iter().map(|p| p.queue.clone()).collect()
+    }
+
+    async fn claim_from(
+        &self,
+        p: &Partition,
+        now: Millis,
+        limit: usize,
+        ttl_ms: i64,
+    ) -> Result<Vec<Lease>, CoordinatorError> {
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let items: Vec<String> = self
+            .claim
+            .key(&p.queue)
+            .key(&p.first)
+            .arg(now)
+            .arg(limit)
+            .arg(ttl_ms.max(1))
+            .arg(&token)
+            .arg(&p.lease_prefix)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(unavailable)?;
+        Ok(items
+            .into_iter()
+            .map(|item| Lease {
+                item,
+                token: token.clone(),
+            })
+            .collect())
     }
 }
 
 #[async_trait::async_trait]
 impl Coordinator for RedisCoordinator {
     fn backend(&self) -> &'static str {
-        "redis"
+        match self.conn {
+            Conn::Single(_) => "redis",
+            Conn::Cluster(_) => "redis-cluster",
+        }
     }
 
     async fn schedule(&self, item: &str, now: Millis, how: Schedule) -> Result<Millis, CoordinatorError> {
@@ -107,10 +228,11 @@ impl Coordinator for RedisCoordinator {
                 0,
             ),
         };
+        let p = self.partition(item);
         let fire: String = self
             .schedule
-            .key(&self.queue)
-            .key(&self.first)
+            .key(&p.queue)
+            .key(&p.first)
             .arg(item)
             .arg(now)
             .arg(window)
@@ -129,32 +251,56 @@ impl Coordinator for RedisCoordinator {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let token = uuid::Uuid::new_v4().simple().to_string();
-        let items: Vec<String> = self
-            .claim
-            .key(&self.queue)
-            .key(&self.first)
-            .arg(now)
-            .arg(limit)
-            .arg(ttl_ms.max(1))
-            .arg(&token)
-            .arg(&self.lease_prefix)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(unavailable)?;
-        Ok(items
-            .into_iter()
-            .map(|item| Lease {
-                item,
-                token: token.clone(),
-            })
-            .collect())
+        // Waves of concurrent claims, from a rotating start so every
+        // partition gets its turn: each wave spreads what is still wanted
+        // over as many partitions (never more in total, so a claim never
+        // takes more than `limit`); a partition that gave less than its
+        // share is empty for now, one that gave all of it is asked again.
+        let total = self.partitions.len();
+        let start = self.cursor.fetch_add(limit.min(total), Ordering::Relaxed) % total;
+        let mut waiting: std::collections::VecDeque<usize> = (0..total).map(|i| (start + i) % total).collect();
+        let mut leases = Vec::with_capacity(limit);
+        let mut failure = None;
+        while leases.len() < limit && !waiting.is_empty() {
+            let wanted = limit - leases.len();
+            let wave: Vec<(usize, usize)> = (0..wanted.min(waiting.len()))
+                .map(|i| {
+                    let n = wanted.min(waiting.len());
+                    let share = wanted / n + usize::from(i < wanted % n);
+                    (waiting.pop_front().expect("counted"), share)
+                })
+                .collect();
+            let claims = wave
+                .iter()
+                .map(|&(p, share)| self.claim_from(&self.partitions[p], now, share, ttl_ms));
+            for ((p, share), result) in wave.iter().zip(futures::future::join_all(claims).await) {
+                match result {
+                    Ok(mut got) => {
+                        if got.len() == *share {
+                            waiting.push_back(*p);
+                        }
+                        leases.append(&mut got);
+                    }
+                    Err(e) => failure = Some(e),
+                }
+            }
+            if failure.is_some() {
+                break;
+            }
+        }
+        match failure {
+            // Leases already taken are returned: their items are off their
+            // queues, so they must be evaluated now.
+            Some(e) if leases.is_empty() => Err(e),
+            _ => Ok(leases),
+        }
     }
 
     async fn release(&self, lease: &Lease) -> Result<bool, CoordinatorError> {
+        let p = self.partition(&lease.item);
         let deleted: i64 = self
             .release
-            .key(format!("{}{}", self.lease_prefix, lease.item))
+            .key(format!("{}{}", p.lease_prefix, lease.item))
             .arg(&lease.token)
             .invoke_async(&mut self.conn.clone())
             .await
@@ -163,24 +309,52 @@ impl Coordinator for RedisCoordinator {
     }
 
     async fn is_leased(&self, item: &str, _now: Millis) -> Result<bool, CoordinatorError> {
-        self.conn
-            .clone()
-            .exists(format!("{}{item}", self.lease_prefix))
+        let p = self.partition(item);
+        redis::cmd("EXISTS")
+            .arg(format!("{}{item}", p.lease_prefix))
+            .query_async(&mut self.conn.clone())
             .await
             .map_err(unavailable)
     }
 
     async fn stats(&self, now: Millis) -> Result<QueueStats, CoordinatorError> {
-        let mut conn = self.conn.clone();
-        let (depth, oldest): (u64, Vec<(String, f64)>) = redis::pipe()
-            .zcard(&self.queue)
-            .zrangebyscore_limit_withscores(&self.queue, "-inf", now, 0, 1)
-            .query_async(&mut conn)
-            .await
-            .map_err(unavailable)?;
-        Ok(QueueStats {
-            depth,
-            oldest_due: oldest.first().map(|(_, score)| *score as Millis),
-        })
+        let per_partition = self.partitions.iter().map(|p| async move {
+            let mut conn = self.conn.clone();
+            redis::pipe()
+                .zcard(&p.queue)
+                .zrangebyscore_limit_withscores(&p.queue, "-inf", now, 0, 1)
+                .query_async::<(u64, Vec<(String, f64)>)>(&mut conn)
+                .await
+                .map_err(unavailable)
+        });
+        let mut stats = QueueStats::default();
+        for result in futures::future::join_all(per_partition).await {
+            let (depth, oldest) = result?;
+            stats.depth += depth;
+            if let Some((_, score)) = oldest.first() {
+                let due = *score as Millis;
+                stats.oldest_due = Some(stats.oldest_due.map_or(due, |o: Millis| o.min(due)));
+            }
+        }
+        Ok(stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::partition_of;
+
+    #[test]
+    fn partitions_are_fixed_and_spread() {
+        assert_eq!(partition_of("item-1", 64), partition_of("item-1", 64));
+        let mut counts = [0u32; 64];
+        for i in 0..64_000 {
+            counts[partition_of(&uuid_like(i), 64)] += 1;
+        }
+        assert!(counts.iter().all(|&c| (700..1300).contains(&c)), "{counts:?}");
+    }
+
+    fn uuid_like(i: u32) -> String {
+        format!("0190b2c4-{i:04x}-7000-8000-{:012x}", u64::from(i) * 7919)
     }
 }

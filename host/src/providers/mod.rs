@@ -13,9 +13,11 @@
 
 pub mod fake;
 
+use crate::clock::now_ms;
 use crate::config::ProviderConfig;
 use crate::metrics::{Metrics, ResultLabel};
-use crate::store::{ClaimedProviderRequest, SharedStore, now_ms};
+use crate::outbound::SignedClient;
+use crate::store::{ClaimedProviderRequest, Providers};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -63,10 +65,10 @@ pub struct Callback {
 
 /// Sends provider requests and times out the unanswered ones.
 pub struct Requester {
-    store: SharedStore,
+    store: Arc<dyn Providers>,
     providers: BTreeMap<String, ProviderConfig>,
     public_url: String,
-    http: reqwest::Client,
+    http: SignedClient,
     metrics: Arc<Metrics>,
     poll: Duration,
 }
@@ -76,15 +78,14 @@ const SEND_BATCH: i64 = 32;
 
 impl Requester {
     pub fn new(
-        store: SharedStore,
+        store: Arc<dyn Providers>,
         providers: BTreeMap<String, ProviderConfig>,
         public_url: String,
         metrics: Arc<Metrics>,
         poll: Duration,
     ) -> anyhow::Result<Self> {
-        let http = reqwest::Client::builder()
-            .user_agent(concat!("gavel/", env!("CARGO_PKG_VERSION")))
-            .build()?;
+        let longest = providers.values().map(|p| p.request_timeout_ms).max().unwrap_or(5_000);
+        let http = SignedClient::new(Duration::from_millis(longest))?;
         Ok(Requester {
             store,
             providers,
@@ -106,9 +107,12 @@ impl Requester {
         while !cancel.is_cancelled() {
             let now = now_ms();
             let expired = self.expire(now).await;
+            // Only providers this process is configured for: another
+            // process sends the rest.
+            let known: Vec<&str> = self.providers.keys().map(String::as_str).collect();
             let claimed = match self
                 .store
-                .claim_provider_requests(now, now + longest * 2 + 5_000, SEND_BATCH)
+                .claim_provider_requests(&known, now, now + longest * 2 + 5_000, SEND_BATCH)
                 .await
             {
                 Ok(c) => c,
@@ -164,14 +168,8 @@ impl Requester {
 
     async fn send(&self, r: ClaimedProviderRequest) {
         let Some(provider) = self.providers.get(&r.provider) else {
-            // Configured elsewhere (or removed): the deadline sends the item to review.
-            let retry_at = now_ms() + 60_000;
-            let error = format!("provider {:?} is not configured in this process", r.provider);
-            tracing::warn!(%error, "provider request not sent");
-            let _ = self
-                .store
-                .provider_request_failed(&r.key, &error, retry_at, now_ms())
-                .await;
+            // Claimed only for known providers; the configuration is fixed
+            // for the life of the process.
             return;
         };
         let body = ProviderRequest {
@@ -186,26 +184,16 @@ impl Requester {
             attempt: r.attempts,
         };
         let body = serde_json::to_vec(&body).expect("a request serializes");
-        let timestamp = crate::signing::now_secs();
         let result = self
             .http
-            .post(&provider.url)
-            .timeout(Duration::from_millis(provider.request_timeout_ms))
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header("idempotency-key", &r.key)
-            .header(crate::signing::TIMESTAMP_HEADER, timestamp.to_string())
-            .header(
-                crate::signing::SIGNATURE_HEADER,
-                crate::signing::sign(provider.secret.as_bytes(), timestamp, &body),
+            .post(
+                &provider.url,
+                provider.secret.as_bytes(),
+                body,
+                &[("idempotency-key", r.key.as_str())],
+                Some(Duration::from_millis(provider.request_timeout_ms)),
             )
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| crate::delivery::describe(&e))
-            .and_then(|resp| {
-                let status = resp.status();
-                status.is_success().then_some(()).ok_or(format!("HTTP {status}"))
-            });
+            .await;
         let now = now_ms();
         let stored = match result {
             Ok(()) => {
@@ -222,7 +210,7 @@ impl Requester {
                     .get_or_create(&ResultLabel { result: "retry" })
                     .inc();
                 let retry_at = now
-                    + crate::worker::backoff_ms(
+                    + crate::retry::backoff_ms(
                         r.attempts as u32,
                         provider.retry_base_ms as i64,
                         provider.retry_max_ms as i64,

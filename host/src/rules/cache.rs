@@ -6,7 +6,7 @@
 //! directory never is). wasmtime refuses an artifact built by another
 //! version or configuration; gavel then compiles afresh and overwrites it.
 
-use super::Digest;
+use crate::domain::Digest;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use wasmtime::Engine;

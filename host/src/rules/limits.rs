@@ -1,4 +1,4 @@
-//! The budgets a rule runs under (ARCHITECTURE.md, "Limits").
+//! The budgets a rule runs under (docs/ARCHITECTURE.md, "Limits").
 
 use std::time::Duration;
 
@@ -37,9 +37,12 @@ pub struct RuntimeLimits {
     /// A component whose compilation takes longer is reported, not loaded.
     #[serde(with = "crate::duration_ms", rename = "compile_timeout_ms")]
     pub compile_timeout: Duration,
-    /// Consecutive failed evaluations (trap, timeout, memory, invalid) after
-    /// which a plugin is quarantined: not evaluated until its file changes.
-    pub quarantine_after: u32,
+    /// Deadlines are CPU time; a call that gets less than its budget of CPU
+    /// (an overloaded host) is still ended after `deadline × wall_cap_factor`
+    /// of wall time, as a host failure.
+    pub wall_cap_factor: u32,
+    /// When a failing plugin is quarantined, and how it recovers.
+    pub breaker: super::BreakerConfig,
 }
 
 impl Default for RuntimeLimits {
@@ -57,7 +60,8 @@ impl Default for RuntimeLimits {
             epoch_tick: Duration::from_millis(1),
             max_concurrent_evaluations: 128,
             max_log_lines: 32,
-            quarantine_after: 5,
+            wall_cap_factor: 4,
+            breaker: super::BreakerConfig::default(),
             compile_timeout: Duration::from_secs(120),
         }
     }

@@ -9,25 +9,31 @@
 //! it never panics or stalls the host.
 
 mod bindings;
+pub mod breaker;
 mod cache;
+mod capture;
 mod evaluation;
 mod limits;
 mod plugin;
+mod pool;
 mod registry;
 mod sandbox;
 mod snapshot;
 mod watcher;
 
 pub use bindings::{AuthorStats, Event, Item, Snapshot};
+pub use breaker::{Admission, Breaker, BreakerChange, BreakerConfig};
 pub use cache::CompileCache;
-pub use evaluation::{Decision, Digest, Evaluation, Outcome, PluginStamp};
+pub use evaluation::{Decision, Evaluation, HostError, PluginStamp};
 pub use limits::{MEMORY_CEILING_BYTES, RuntimeLimits};
-pub use plugin::{LoadError, LoadErrorKind, LoadedPlugin, Phase, PluginInfo};
+pub use plugin::{LoadError, LoadErrorKind, LoadedPlugin, PluginInfo};
+pub use pool::EvaluationPool;
 pub use registry::{LoadFailure, Manifest, RegisteredPlugin, Registry};
+pub use sandbox::thread_cpu_time;
 pub use snapshot::{fit_snapshot, snapshot_from_spec};
 pub use watcher::PluginWatcher;
 
-use crate::verdict::Verdict;
+use crate::domain::{Outcome, Verdict};
 use sandbox::Sandbox;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -132,15 +138,42 @@ impl RuleEngine {
             Sandbox::new(plugin, memory_bytes, self.limits.max_log_lines),
         );
         store.limiter(|s| &mut s.limiter);
-        store.set_epoch_deadline(self.limits.ticks(deadline));
-        store.epoch_deadline_trap();
+        let tick = self.limits.epoch_tick;
+        // The deadline is CPU time the rule itself used: when the epoch
+        // deadline passes, a call that was only waiting for a core gets the
+        // rest of its budget; the wall cap ends it anyway under overload,
+        // as a host failure, not the rule's.
+        store.epoch_deadline_callback(move |mut ctx| {
+            let s = ctx.data();
+            let used = s.cpu_used();
+            if used >= s.cpu_budget {
+                return Ok(wasmtime::UpdateDeadline::Interrupt);
+            }
+            let waited = s.wall_started.elapsed();
+            if waited >= s.wall_cap {
+                ctx.data_mut().overloaded = true;
+                return Ok(wasmtime::UpdateDeadline::Interrupt);
+            }
+            let left = (s.cpu_budget - used).min(s.wall_cap - waited);
+            let ticks = (left.as_nanos().div_ceil(tick.as_nanos().max(1)) as u64).max(1);
+            Ok(wasmtime::UpdateDeadline::Continue(ticks))
+        });
+        self.arm(&mut store, deadline);
         store
+    }
+
+    /// Starts a call on `store`: its CPU budget, its wall cap and the epoch
+    /// deadline at which the budget is first checked.
+    fn arm(&self, store: &mut Store<Sandbox>, deadline: Duration) {
+        let wall_cap = deadline.saturating_mul(self.limits.wall_cap_factor.max(1));
+        store.data_mut().start_call(deadline, wall_cap);
+        store.set_epoch_deadline(self.limits.ticks(deadline));
     }
 
     /// Evaluates `plugin` on `snapshot` in a fresh instance, under the
     /// deadline of `snapshot.phase` and the memory cap. Blocking: call it from
     /// a blocking thread. Never panics on guest misbehaviour.
-    pub fn evaluate(&self, plugin: &LoadedPlugin, snapshot: &Snapshot) -> Evaluation {
+    pub fn evaluate(&self, plugin: &LoadedPlugin, snapshot: &Snapshot) -> Result<Evaluation, HostError> {
         let deadline = match snapshot.phase {
             bindings::Phase::Sync => self.limits.sync_deadline,
             bindings::Phase::Async => self.limits.async_deadline,
@@ -156,13 +189,14 @@ impl RuleEngine {
         snapshot: &Snapshot,
         deadline: Duration,
         memory_bytes: usize,
-    ) -> Evaluation {
+    ) -> Result<Evaluation, HostError> {
         let started = Instant::now();
         let mut store = self.new_store(&plugin.stamp.name, memory_bytes, deadline);
-        let result = plugin
-            .pre
-            .instantiate(&mut store)
-            .and_then(|rule| rule.call_evaluate(&mut store, snapshot));
+        let rule = match plugin.pre.instantiate(&mut store) {
+            Ok(rule) => rule,
+            Err(e) => return self.instantiation_failed(plugin, &store, e, started, deadline, memory_bytes),
+        };
+        let result = rule.call_evaluate(&mut store, snapshot);
         self.conclude(plugin, &store, result, started, deadline, memory_bytes)
     }
 
@@ -177,29 +211,50 @@ impl RuleEngine {
         snapshot: &Snapshot,
         deadline: Duration,
         memory_bytes: usize,
-    ) -> Evaluation {
+    ) -> Result<Evaluation, HostError> {
         let started = Instant::now();
         let taken = pool.idle.lock().expect("not poisoned").pop();
         let mut instance = match taken {
-            Some(i) => i,
+            Some(mut i) => {
+                // A fresh budget, log allowance and capture for this call.
+                self.arm(&mut i.store, deadline);
+                i
+            }
             None => {
                 let mut store = self.new_store(&plugin.stamp.name, memory_bytes, deadline);
                 match plugin.pre.instantiate(&mut store) {
                     Ok(rule) => ReusedInstance { store, rule },
-                    Err(e) => return self.conclude(plugin, &store, Err(e), started, deadline, memory_bytes),
+                    Err(e) => return self.instantiation_failed(plugin, &store, e, started, deadline, memory_bytes),
                 }
             }
         };
-        instance.store.set_epoch_deadline(self.limits.ticks(deadline));
         let result = instance.rule.call_evaluate(&mut instance.store, snapshot);
-        let evaluation = self.conclude(plugin, &instance.store, result, started, deadline, memory_bytes);
+        let evaluation = self.conclude(plugin, &instance.store, result, started, deadline, memory_bytes)?;
         if matches!(evaluation.outcome, Outcome::Ok | Outcome::Error | Outcome::Invalid) {
             let mut idle = pool.idle.lock().expect("not poisoned");
             if idle.len() < pool.max_idle {
                 idle.push(instance);
             }
         }
-        evaluation
+        Ok(evaluation)
+    }
+
+    /// An instantiation that failed: the pooling allocator out of slots is
+    /// the host's failure (load); anything else is the component's (a trap
+    /// in its start-up code), an outcome like any other.
+    fn instantiation_failed(
+        &self,
+        plugin: &LoadedPlugin,
+        store: &Store<Sandbox>,
+        e: wasmtime::Error,
+        started: Instant,
+        deadline: Duration,
+        memory_bytes: usize,
+    ) -> Result<Evaluation, HostError> {
+        if e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>().is_some() {
+            return Err(HostError::PoolExhausted(format!("{e:#}")));
+        }
+        self.conclude(plugin, store, Err(e), started, deadline, memory_bytes)
     }
 
     /// Turns a call's result into an [`Evaluation`] with its outcome.
@@ -211,10 +266,18 @@ impl RuleEngine {
         started: Instant,
         deadline: Duration,
         memory_bytes: usize,
-    ) -> Evaluation {
+    ) -> Result<Evaluation, HostError> {
         let duration = started.elapsed();
         store.data().flush_output();
         let memory_exceeded = store.data().limiter.exceeded;
+        if result.is_err() && store.data().overloaded {
+            return Err(HostError::Overloaded(format!(
+                "{} got less than its {} ms of CPU within {} ms",
+                plugin.stamp.name,
+                deadline.as_millis(),
+                store.data().wall_cap.as_millis()
+            )));
+        }
 
         let (outcome, decision, error) = match result {
             Ok(Ok(raw)) => match self.validate(raw) {
@@ -235,18 +298,18 @@ impl RuleEngine {
                 Some(Trap::Interrupt) => (
                     Outcome::Timeout,
                     None,
-                    Some(format!("deadline of {} ms exceeded", deadline.as_millis())),
+                    Some(format!("CPU budget of {} ms used up", deadline.as_millis())),
                 ),
                 _ => (Outcome::Trap, None, Some(format!("{err:#}"))),
             },
         };
-        Evaluation {
+        Ok(Evaluation {
             plugin: plugin.stamp.clone(),
             outcome,
             decision,
             error,
             duration,
-        }
+        })
     }
 
     /// Applies the output limits; a decision outside them is `invalid`.

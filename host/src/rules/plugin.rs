@@ -3,30 +3,14 @@
 
 use super::RuleEngine;
 use super::bindings::{self, RulePre};
-use super::evaluation::{Digest, PluginStamp};
+use super::evaluation::PluginStamp;
 use super::sandbox::{Sandbox, truncate_str};
+use crate::domain::{Digest, Phase};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasmtime::component::Component;
-
-/// When a rule runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    Sync,
-    Async,
-}
-
-impl Phase {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Phase::Sync => "sync",
-            Phase::Async => "async",
-        }
-    }
-}
 
 impl From<bindings::Phase> for Phase {
     fn from(p: bindings::Phase) -> Self {

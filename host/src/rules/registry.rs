@@ -2,14 +2,18 @@
 //! atomically. An evaluation holds its `Arc`, so a reload never changes a
 //! plugin under a running evaluation.
 
-use super::{Digest, LoadedPlugin, Phase, RuleEngine};
-use crate::store::{Mode, PluginEvent};
+use super::{Breaker, HostError, LoadedPlugin, RuleEngine};
+use crate::clock::now_ms;
+use crate::domain::{Digest, Mode, Phase, PluginEvent};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
+
+/// Sidecars larger than this are refused (a sidecar is a few lines of TOML).
+const MAX_SIDECAR_BYTES: u64 = 64 << 10;
 
 /// A plugin's sidecar `NAME.toml`, next to `NAME.wasm`.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -56,10 +60,14 @@ pub struct ManifestLimits {
 
 impl Manifest {
     /// Reads `NAME.toml` next to `wasm`, or the defaults when there is none.
+    /// A sidecar that is a symbolic link, or larger than 64 KiB, is refused.
     pub fn for_component(wasm: &Path) -> Result<Manifest, String> {
         let path = wasm.with_extension("toml");
-        match std::fs::read_to_string(&path) {
-            Ok(text) => toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display())),
+        match read_regular_file(&path, MAX_SIDECAR_BYTES) {
+            Ok(bytes) => {
+                let text = String::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8", path.display()))?;
+                toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Manifest::default()),
             Err(e) => Err(format!("{}: {e}", path.display())),
         }
@@ -93,11 +101,9 @@ pub struct RegisteredPlugin {
     /// Idle instances kept for reuse, when the sidecar opts in.
     pub instances: Option<super::InstancePool>,
     pub loaded_at_ms: i64,
-    /// Failed evaluations in a row (reset by a success).
-    pub consecutive_failures: AtomicU32,
-    /// Set after `quarantine_after` failures in a row; cleared only by
-    /// loading the file again (a new `RegisteredPlugin`).
-    pub quarantined: AtomicBool,
+    /// Quarantines the plugin when it fails too often, and lets a probe
+    /// through after a cool-down.
+    pub breaker: Breaker,
     /// Asynchronous evaluations of this version in this process.
     pub evaluations: AtomicU64,
     /// For a shadow plugin: evaluations whose verdict would have given the
@@ -108,7 +114,12 @@ pub struct RegisteredPlugin {
 impl RegisteredPlugin {
     /// Evaluates under this plugin's deadline for `phase` and memory cap, on
     /// a fresh instance or (when opted in) a reused one.
-    pub fn evaluate(&self, engine: &super::RuleEngine, snapshot: &super::Snapshot, phase: Phase) -> super::Evaluation {
+    pub fn evaluate(
+        &self,
+        engine: &super::RuleEngine,
+        snapshot: &super::Snapshot,
+        phase: Phase,
+    ) -> Result<super::Evaluation, HostError> {
         let deadline = match phase {
             Phase::Sync => self.deadline_sync,
             Phase::Async => self.deadline_async,
@@ -119,20 +130,10 @@ impl RegisteredPlugin {
         }
     }
 
-    /// Whether this plugin runs in `phase` (enabled, declared, not quarantined).
+    /// Whether this plugin runs in `phase` (enabled and declared; its
+    /// breaker decides per evaluation).
     pub fn runs_in(&self, phase: Phase) -> bool {
-        self.enabled && self.phases.contains(&phase) && !self.quarantined.load(Ordering::Relaxed)
-    }
-
-    /// Counts an evaluation's outcome towards quarantine; returns `true` when
-    /// this outcome quarantined the plugin.
-    pub fn record_outcome(&self, outcome: super::Outcome, quarantine_after: u32) -> bool {
-        if !outcome.is_failure() {
-            self.consecutive_failures.store(0, Ordering::Relaxed);
-            return false;
-        }
-        let failures = self.consecutive_failures.fetch_add(1, Ordering::Relaxed) + 1;
-        failures >= quarantine_after.max(1) && !self.quarantined.swap(true, Ordering::Relaxed)
+        self.enabled && self.phases.contains(&phase)
     }
 }
 
@@ -147,9 +148,10 @@ pub struct LoadFailure {
 /// What a plugin file provided at the last scan.
 #[derive(Debug, Clone, PartialEq)]
 struct FileState {
-    /// sha256 of the component file and of its sidecar (if any).
+    /// sha256 of the component file and of its sidecar (if any; a sidecar
+    /// that cannot be read is remembered by its error, so fixing it reloads).
     digest: Digest,
-    sidecar: Option<Digest>,
+    sidecar: Option<Result<Digest, String>>,
     /// The plugin it serves, if it loaded.
     serves: Option<String>,
 }
@@ -213,12 +215,21 @@ impl Registry {
         }
     }
 
-    /// Called when `plugin` was just quarantined.
-    pub fn quarantined(&self, plugin: &RegisteredPlugin) {
-        self.emit(PluginEvent::Quarantined {
-            name: plugin.plugin.info.name.clone(),
-            digest: plugin.plugin.stamp.digest.to_hex(),
-            at: crate::store::now_ms(),
+    /// Records a change of `plugin`'s breaker in the plugin history.
+    pub fn breaker_changed(&self, plugin: &RegisteredPlugin, change: &super::BreakerChange) {
+        let (name, digest, at) = (
+            plugin.plugin.info.name.clone(),
+            plugin.plugin.stamp.digest.to_hex(),
+            now_ms(),
+        );
+        self.emit(match change {
+            super::BreakerChange::Opened { detail } => PluginEvent::Quarantined {
+                name,
+                digest,
+                detail: detail.clone(),
+                at,
+            },
+            super::BreakerChange::Recovered => PluginEvent::Recovered { name, digest, at },
         });
     }
 
@@ -244,9 +255,23 @@ impl Registry {
         let mut present = Vec::new();
         let mut unsettled = false;
         for entry in std::fs::read_dir(dir)? {
-            let path = entry?.path();
+            let entry = entry?;
+            let path = entry.path();
             let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-            if !path.is_file() || !(ext == "wasm" || ext == "cwasm") || file_name(&path).starts_with('.') {
+            if !(ext == "wasm" || ext == "cwasm") || file_name(&path).starts_with('.') {
+                continue;
+            }
+            // Not followed: a link could point anywhere on the machine.
+            if entry.file_type()?.is_symlink() {
+                present.push(path.clone());
+                self.fail(
+                    &path,
+                    None,
+                    "a symbolic link; plugin files are read only as regular files".into(),
+                );
+                continue;
+            }
+            if !entry.file_type()?.is_file() {
                 continue;
             }
             present.push(path.clone());
@@ -267,7 +292,7 @@ impl Registry {
 
     /// Loads one file if it changed; returns `true` if it has not settled.
     fn sync_file(&self, files: &mut BTreeMap<PathBuf, FileState>, path: &Path) -> bool {
-        let now = crate::store::now_ms();
+        let now = now_ms();
         let modified_ms = std::fs::metadata(path)
             .and_then(|m| m.modified())
             .ok()
@@ -282,7 +307,11 @@ impl Registry {
             }
         };
         let digest = Digest::of(&bytes);
-        let sidecar = std::fs::read(path.with_extension("toml")).ok().map(|b| Digest::of(&b));
+        let sidecar = match read_regular_file(&path.with_extension("toml"), MAX_SIDECAR_BYTES) {
+            Ok(b) => Some(Ok(Digest::of(&b))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => Some(Err(e.to_string())),
+        };
         let previous = files.get(path).cloned();
         if previous
             .as_ref()
@@ -295,6 +324,12 @@ impl Registry {
             return true;
         }
         let serves_before = previous.and_then(|p| p.serves);
+        // What this scan saw of the file, whichever way its load went.
+        let seen = |serves: Option<String>| FileState {
+            digest,
+            sidecar: sidecar.clone(),
+            serves,
+        };
         match self.load_one(path, &bytes) {
             Ok(p) => {
                 let name = p.plugin.info.name.clone();
@@ -308,14 +343,7 @@ impl Registry {
                         other.display()
                     );
                     self.fail(path, Some(digest), error);
-                    files.insert(
-                        path.to_path_buf(),
-                        FileState {
-                            digest,
-                            sidecar,
-                            serves: serves_before,
-                        },
-                    );
+                    files.insert(path.to_path_buf(), seen(serves_before));
                     return false;
                 }
                 tracing::info!(
@@ -328,14 +356,7 @@ impl Registry {
                 }
                 self.swap(Some(&name), Some(Arc::new(p)));
                 self.failures.write().expect("registry lock poisoned").remove(path);
-                files.insert(
-                    path.to_path_buf(),
-                    FileState {
-                        digest,
-                        sidecar,
-                        serves: Some(name),
-                    },
-                );
+                files.insert(path.to_path_buf(), seen(Some(name)));
                 false
             }
             Err(error) if age < SETTLE_TIMEOUT_MS => {
@@ -344,14 +365,7 @@ impl Registry {
             }
             Err(error) => {
                 self.fail(path, Some(digest), error);
-                files.insert(
-                    path.to_path_buf(),
-                    FileState {
-                        digest,
-                        sidecar,
-                        serves: serves_before,
-                    },
-                );
+                files.insert(path.to_path_buf(), seen(serves_before));
                 false
             }
         }
@@ -361,7 +375,7 @@ impl Registry {
     fn swap(&self, name: Option<&str>, new: Option<Arc<RegisteredPlugin>>) {
         let mut guard = self.plugins.write().expect("registry lock poisoned");
         let mut next: Vec<Arc<RegisteredPlugin>> = guard.iter().cloned().collect();
-        let now = crate::store::now_ms();
+        let now = now_ms();
         if let Some(name) = name
             && let Some(i) = next.iter().position(|p| p.plugin.info.name == name)
         {
@@ -393,7 +407,7 @@ impl Registry {
             return;
         }
         tracing::error!(path = %path.display(), %error, "rule.reload: plugin not loaded; the previous version keeps serving");
-        let at = crate::store::now_ms();
+        let at = now_ms();
         self.emit(PluginEvent::Failed {
             path: path.display().to_string(),
             digest: digest.map(|d| d.to_hex()),
@@ -440,9 +454,8 @@ impl Registry {
             instances: manifest
                 .reuse_instances
                 .then(|| super::InstancePool::new(limits.max_concurrent_evaluations.clamp(1, 8) as usize)),
-            loaded_at_ms: crate::store::now_ms(),
-            consecutive_failures: AtomicU32::new(0),
-            quarantined: AtomicBool::new(false),
+            loaded_at_ms: now_ms(),
+            breaker: Breaker::new(limits.breaker.clone()),
             evaluations: AtomicU64::new(0),
             disagreements: AtomicU64::new(0),
             plugin,
@@ -495,13 +508,49 @@ fn read_limited(path: &Path, max: u64) -> Result<Vec<u8>, String> {
     if path.extension().is_some_and(|e| e == "cwasm") {
         return Err(super::LoadErrorKind::Precompiled.to_string());
     }
-    let size = std::fs::metadata(path)
-        .map_err(|e| format!("cannot read the file: {e}"))?
-        .len();
+    read_regular_file(path, max).map_err(|e| match e.kind() {
+        std::io::ErrorKind::FileTooLarge => e.to_string(),
+        _ => format!("cannot read the file: {e}"),
+    })
+}
+
+/// Reads a regular file (not through a symbolic link) of at most `max`
+/// bytes; the size is checked on the opened file, so a file swapped after
+/// the check is not read past it either.
+fn read_regular_file(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                std::io::Error::other("a symbolic link; plugin files are read only as regular files")
+            } else {
+                e
+            }
+        })?;
+    let size = file.metadata()?.len();
     if size > max {
-        return Err(super::LoadErrorKind::TooLarge { size, max }.to_string());
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            super::LoadErrorKind::TooLarge { size, max }.to_string(),
+        ));
     }
-    std::fs::read(path).map_err(|e| format!("cannot read the file: {e}"))
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.take(max + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            super::LoadErrorKind::TooLarge {
+                size: bytes.len() as u64,
+                max,
+            }
+            .to_string(),
+        ));
+    }
+    Ok(bytes)
 }
 
 #[cfg(test)]

@@ -2,9 +2,9 @@
 //! limiter and the `host` import a rule can call.
 
 use super::bindings::{self, Level};
+use super::capture::Capture;
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 /// Bytes of guest stdout/stderr kept per evaluation and re-emitted as tracing events.
@@ -18,20 +18,34 @@ pub(crate) struct Sandbox {
     wasi: WasiCtx,
     table: ResourceTable,
     pub(crate) limiter: MemoryLimiter,
-    stdout: MemoryOutputPipe,
-    stderr: MemoryOutputPipe,
+    stdout: Capture,
+    stderr: Capture,
     /// Tags the rule's log lines.
     plugin: String,
+    /// Log lines one call may write, and what is left of it in this call.
+    log_lines: u32,
     log_budget: u32,
     pub(crate) logs_dropped: u32,
+    /// This thread's CPU time when the current call started, and the CPU
+    /// budget it has: the deadline counts the rule's own work, not time
+    /// spent waiting for a core.
+    pub(crate) cpu_started: std::time::Duration,
+    pub(crate) cpu_budget: std::time::Duration,
+    /// Wall-clock time the call started, and the most it may take however
+    /// little CPU it gets (a backstop under extreme overload).
+    pub(crate) wall_started: std::time::Instant,
+    pub(crate) wall_cap: std::time::Duration,
+    /// Set when the wall cap, not the CPU budget, ended the call: the host
+    /// was overloaded, the rule did nothing wrong.
+    pub(crate) overloaded: bool,
 }
 
 impl Sandbox {
     /// A sandbox with no preopened directories, no environment, no arguments
     /// and no network: a rule sees only what the snapshot hands it.
     pub(crate) fn new(plugin: &str, memory_bytes: usize, log_budget: u32) -> Self {
-        let stdout = MemoryOutputPipe::new(CAPTURED_OUTPUT_BYTES);
-        let stderr = MemoryOutputPipe::new(CAPTURED_OUTPUT_BYTES);
+        let stdout = Capture::new(CAPTURED_OUTPUT_BYTES);
+        let stderr = Capture::new(CAPTURED_OUTPUT_BYTES);
         let wasi = WasiCtx::builder()
             .stdout(stdout.clone())
             .stderr(stderr.clone())
@@ -46,20 +60,47 @@ impl Sandbox {
             stdout,
             stderr,
             plugin: plugin.to_string(),
+            log_lines: log_budget,
             log_budget,
             logs_dropped: 0,
+            cpu_started: thread_cpu_time(),
+            cpu_budget: std::time::Duration::MAX,
+            wall_started: std::time::Instant::now(),
+            wall_cap: std::time::Duration::MAX,
+            overloaded: false,
         }
     }
 
-    /// Re-emits what the guest wrote to stdout and stderr as tracing events.
+    /// Starts a call with `budget` of CPU time and `wall_cap` of wall time:
+    /// a fresh log budget, nothing captured, no memory failure yet.
+    pub(crate) fn start_call(&mut self, budget: std::time::Duration, wall_cap: std::time::Duration) {
+        self.log_budget = self.log_lines;
+        self.logs_dropped = 0;
+        self.limiter.exceeded = false;
+        self.overloaded = false;
+        self.stdout.drain();
+        self.stderr.drain();
+        self.cpu_started = thread_cpu_time();
+        self.cpu_budget = budget;
+        self.wall_started = std::time::Instant::now();
+        self.wall_cap = wall_cap;
+    }
+
+    /// CPU time this call has used so far.
+    pub(crate) fn cpu_used(&self) -> std::time::Duration {
+        thread_cpu_time().saturating_sub(self.cpu_started)
+    }
+
+    /// Re-emits what the guest wrote to stdout and stderr since the last
+    /// call as tracing events, and empties the capture.
     pub(crate) fn flush_output(&self) {
         for (stream, pipe) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
-            let bytes = pipe.contents();
-            if bytes.is_empty() {
-                continue;
-            }
+            let (bytes, dropped) = pipe.drain();
             for line in String::from_utf8_lossy(&bytes).lines() {
                 tracing::info!(target: "plugin", plugin = %self.plugin, stream, "{line}");
+            }
+            if dropped > 0 {
+                tracing::warn!(target: "plugin", plugin = %self.plugin, stream, dropped, "output past the capture cap dropped");
             }
         }
         if self.logs_dropped > 0 {
@@ -135,6 +176,18 @@ impl ResourceLimiter for MemoryLimiter {
     fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         Ok(desired <= MAX_TABLE_ELEMENTS)
     }
+}
+
+/// CPU time the calling thread has used (Linux `CLOCK_THREAD_CPUTIME_ID`).
+pub fn thread_cpu_time() -> std::time::Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant
+    // every Linux kernel supports.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// `s` cut to at most `max` bytes on a char boundary.

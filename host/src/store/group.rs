@@ -11,7 +11,8 @@
 //! at a time, so a write that cannot commit fails alone.
 
 use super::{
-    CommitOutcome, CreateOutcome, EvaluationCommit, ItemStore, ItemWrite, SharedStore, StoreError, StoreResult,
+    CommitOutcome, CreateOutcome, EvaluationCommit, EventOutcome, EventWrite, ItemStore, ItemWrite, SharedStore,
+    StoreError, StoreResult,
 };
 use crate::metrics::{KindLabel, Metrics};
 use prometheus_client::metrics::counter::Counter;
@@ -87,6 +88,30 @@ impl<R: Send + Sync + 'static, O: Send + 'static> GroupCommit<R, O> {
         (self.batches.get(), self.writes.get())
     }
 
+    /// Queues every write and waits until the transactions holding them
+    /// committed (or failed); one answer per write, in order.
+    pub async fn submit_all(&self, writes: Vec<R>) -> Vec<StoreResult<O>> {
+        let mut answers = Vec::with_capacity(writes.len());
+        for write in writes {
+            let (reply, answer) = oneshot::channel();
+            match self.queue.send((write, reply)).await {
+                Ok(()) => answers.push(Some(answer)),
+                Err(_) => answers.push(None),
+            }
+        }
+        let mut out = Vec::with_capacity(answers.len());
+        for answer in answers {
+            out.push(match answer {
+                Some(a) => a
+                    .await
+                    .map_err(|_| StoreError::Unavailable("the store's writer has stopped".into()))
+                    .and_then(|r| r),
+                None => Err(StoreError::Unavailable("the store's writer has stopped".into())),
+            });
+        }
+        out
+    }
+
     /// Queues `write` and waits until the transaction holding it committed
     /// (or failed).
     pub async fn submit(&self, write: R) -> StoreResult<O> {
@@ -113,7 +138,7 @@ async fn run<R, O>(store: &dyn ItemStore, commit: CommitFn<R, O>, batch: Vec<Job
                 let _ = reply.send(Ok(outcome));
             }
         }
-        Err(e) if writes.len() == 1 || matches!(e, StoreError::Unavailable(_)) => {
+        Err(e) if writes.len() == 1 || matches!(e, StoreError::Unavailable(_) | StoreError::Conflict(_)) => {
             for reply in replies {
                 let _ = reply.send(Err(e.clone()));
             }
@@ -138,6 +163,13 @@ fn create_items<'a>(
     store.create_items(batch)
 }
 
+fn append_events<'a>(
+    store: &'a dyn ItemStore,
+    batch: &'a [EventWrite],
+) -> BoxFuture<'a, StoreResult<Vec<EventOutcome>>> {
+    store.append_events(batch)
+}
+
 fn commit_evaluations<'a>(
     store: &'a dyn ItemStore,
     batch: &'a [EvaluationCommit],
@@ -150,6 +182,7 @@ fn commit_evaluations<'a>(
 #[derive(Clone)]
 pub struct Writes {
     items: GroupCommit<ItemWrite, CreateOutcome>,
+    events: GroupCommit<EventWrite, EventOutcome>,
     evaluations: GroupCommit<EvaluationCommit, CommitOutcome>,
 }
 
@@ -167,16 +200,33 @@ impl Writes {
             )
         };
         let (item_batches, item_writes) = counters("submissions");
+        let (event_batches, event_writes) = counters("events");
         let (eval_batches, eval_writes) = counters("evaluations");
         Writes {
             items: GroupCommit::start(store.clone(), create_items, writers, item_batches, item_writes),
+            events: GroupCommit::start(store.clone(), append_events, writers, event_batches, event_writes),
             evaluations: GroupCommit::start(store, commit_evaluations, writers, eval_batches, eval_writes),
         }
     }
 
-    /// [`ItemStore::create_item`], group-committed.
+    /// One submission, group-committed with concurrent ones.
     pub async fn create_item(&self, write: ItemWrite) -> StoreResult<CreateOutcome> {
         self.items.submit(write).await
+    }
+
+    /// Submissions of one request (the batch API), group-committed.
+    pub async fn create_items(&self, writes: Vec<ItemWrite>) -> Vec<StoreResult<CreateOutcome>> {
+        self.items.submit_all(writes).await
+    }
+
+    /// One event, group-committed with concurrent ones.
+    pub async fn append_event(&self, write: EventWrite) -> StoreResult<EventOutcome> {
+        self.events.submit(write).await
+    }
+
+    /// Events of one request (the batch API), group-committed.
+    pub async fn append_events(&self, writes: Vec<EventWrite>) -> Vec<StoreResult<EventOutcome>> {
+        self.events.submit_all(writes).await
     }
 
     /// (batches, writes) of submissions so far.
@@ -184,8 +234,13 @@ impl Writes {
         self.items.counts()
     }
 
-    /// [`ItemStore::commit_evaluation`], group-committed.
+    /// One evaluation commit, group-committed with concurrent ones.
     pub async fn commit_evaluation(&self, commit: EvaluationCommit) -> StoreResult<CommitOutcome> {
         self.evaluations.submit(commit).await
+    }
+
+    /// A worker's claimed batch of evaluation commits, group-committed.
+    pub async fn commit_evaluations(&self, commits: Vec<EvaluationCommit>) -> Vec<StoreResult<CommitOutcome>> {
+        self.evaluations.submit_all(commits).await
     }
 }

@@ -1,18 +1,20 @@
 //! PostgreSQL backend: for several gavel processes. Every state change is a
 //! conditional `UPDATE … RETURNING` in READ COMMITTED: the row lock plus the
-//! version check decide races; unique constraints decide duplicates.
+//! version check decide races; unique constraints decide duplicates. Paths
+//! that change an item lock the item before anything else, and
+//! serialization failures or deadlocks are retried as a whole.
 
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{Pool, Postgres};
+use super::dialect::Dialect;
+use super::{StoreError, StoreResult};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
+use sqlx::{Pool, Postgres, Transaction};
 use std::str::FromStr;
 use std::time::Duration;
 
 /// The PostgreSQL store.
 #[derive(Clone)]
 pub struct PgStore {
-    write: Pool<Postgres>,
-    /// The same pool: PostgreSQL needs no separate readers.
-    read: Pool<Postgres>,
+    pool: Pool<Postgres>,
 }
 
 impl PgStore {
@@ -25,20 +27,53 @@ impl PgStore {
             .connect_with(options)
             .await?;
         sqlx::migrate!("./migrations/postgres").run(&pool).await?;
-        Ok(PgStore {
-            write: pool.clone(),
-            read: pool,
-        })
+        Ok(PgStore { pool })
     }
 }
 
-super::sql::impl_store!(
-    PgStore,
-    Postgres,
-    sqlx::postgres::PgRow,
-    "postgres",
-    lock = " FOR UPDATE SKIP LOCKED",
-    row_lock = " FOR UPDATE",
-    horizon = " AND txid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint",
-    |s| s.write.begin()
-);
+impl Dialect for PgStore {
+    type DB = Postgres;
+    const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
+    const FOR_UPDATE: &'static str = " FOR UPDATE";
+    const FEED_HORIZON: &'static str = " AND txid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint";
+    const NOW_MS: &'static str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint";
+
+    fn read_pool(&self) -> &Pool<Postgres> {
+        &self.pool
+    }
+
+    async fn begin_write(&self) -> StoreResult<Transaction<'_, Postgres>> {
+        Ok(self.pool.begin().await?)
+    }
+
+    async fn begin_snapshot(&self) -> StoreResult<Transaction<'_, Postgres>> {
+        Ok(self
+            .pool
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .await?)
+    }
+}
+
+#[async_trait::async_trait]
+impl super::Backend for PgStore {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::from)?;
+        Ok(())
+    }
+}
+
+super::shared::impl_shared!(PgStore, Postgres, PgRow);
+super::items::impl_items!(PgStore, Postgres, PgRow);
+super::idempotency::impl_idempotency!(PgStore, Postgres, PgRow);
+super::evaluations::impl_evaluations!(PgStore, Postgres, PgRow);
+super::outbox::impl_outbox!(PgStore, Postgres, PgRow);
+super::providers::impl_providers!(PgStore, Postgres, PgRow);
+super::plugins::impl_plugin_history!(PgStore, Postgres, PgRow);
+super::retention::impl_retention!(PgStore, Postgres, PgRow);

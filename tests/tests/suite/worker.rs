@@ -1,48 +1,14 @@
 //! Debounced evaluation end to end: the Sloan burst (Q5), chains under
 //! concurrency (Q6), two workers racing past a lost lease (R2/Q2), a host
-//! failure dead-lettered and replayed (Q4), Redis killed mid-run (R1).
-//! SQLite runs with the embedded coordinator, PostgreSQL with a real Redis.
+//! failure dead-lettered and replayed (Q4), Redis killed mid-run (R1), a
+//! failing plugin quarantined and recovering (Q3), overload never
+//! quarantining a healthy plugin (H7).
 
 use gavel::config::Config;
-use gavel_tests::servers::{Backend, Redis, TestServer, shared_redis};
+use gavel_tests::server::{Setup, TestServer, uuid_ish};
+use gavel_tests::servers::Redis;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
-
-/// The coordinator that goes with each store in these tests.
-fn coordinator_for(backend: Backend, config: &mut Config, prefix: &str) {
-    if backend == Backend::Postgres {
-        config.redis_url = Some(shared_redis().url());
-        config.redis_prefix = format!("{prefix}-{}", uuid_ish());
-    }
-}
-
-fn uuid_ish() -> String {
-    format!(
-        "{:x}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    )
-}
-
-async fn submit(s: &TestServer, author: &str, text: &str) -> String {
-    let r: Value = s
-        .post("/v1/items", &s.client)
-        .json(&json!({"kind": "post", "author": author, "text": text}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    r["id"].as_str().unwrap_or_else(|| panic!("{r}")).to_string()
-}
-
-async fn settled(s: &TestServer, id: &str) -> Value {
-    s.wait_for(id, |i| i["needs_eval_since"].is_null() && i["status"] != "pending_scan")
-        .await
-}
 
 fn async_decisions_of<'a>(item: &'a Value, plugin: &str) -> Vec<&'a Value> {
     item["decisions"]
@@ -68,14 +34,13 @@ fn assert_one_chain(item: &Value) {
 
 /// Q5: 1,000 events on one item within 2 s, window 250 ms: at most
 /// ceil(2 s / window) + 1 evaluations, the last one on all 1,000 events.
-async fn sloan_burst_is_judged_a_few_times_on_complete_counts(backend: Backend) {
-    let s = TestServer::start_with(backend, |c| {
+async fn sloan_burst_is_judged_a_few_times_on_complete_counts(setup: Setup) {
+    let s = TestServer::start_with(setup, |c| {
         c.evaluation.debounce.window_ms = 250;
-        coordinator_for(backend, c, "q5");
     })
     .await;
-    let id = submit(&s, "sloan", "an ordinary post").await;
-    let before = async_decisions_of(&settled(&s, &id).await, "flag-ratio").len();
+    let id = s.submit("sloan", "an ordinary post").await;
+    let before = async_decisions_of(&s.settled(&id).await, "flag-ratio").len();
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..1000u64 {
@@ -113,16 +78,15 @@ async fn sloan_burst_is_judged_a_few_times_on_complete_counts(backend: Backend) 
 
 /// Q6: 100 items × 20 concurrent events, 4 evaluations at a time: each
 /// item's transitions form one chain.
-async fn concurrent_events_on_many_items_form_one_chain_each(backend: Backend) {
-    let s = TestServer::start_with(backend, |c| {
+async fn concurrent_events_on_many_items_form_one_chain_each(setup: Setup) {
+    let s = TestServer::start_with(setup, |c| {
         c.evaluation.concurrency = 4;
         c.evaluation.debounce.window_ms = 20;
-        coordinator_for(backend, c, "q6");
     })
     .await;
     let mut ids = Vec::new();
     for i in 0..100 {
-        ids.push(submit(&s, &format!("author-{i}"), &format!("post number {i}")).await);
+        ids.push(s.submit(&format!("author-{i}"), &format!("post number {i}")).await);
     }
     let mut tasks = tokio::task::JoinSet::new();
     for (n, id) in ids.iter().enumerate() {
@@ -151,16 +115,8 @@ async fn concurrent_events_on_many_items_form_one_chain_each(backend: Backend) {
 /// R2 / Q2: a lease lost while two workers evaluate one item (the first is
 /// slower than its lease): exactly one commit, the other refused by the
 /// store's version check and counted.
-async fn a_lost_lease_never_applies_twice(backend: Backend) {
-    let dir = tempfile::tempdir().unwrap();
-    let db = gavel_tests::servers::database_url(backend, dir.path()).await;
-    let prefix = format!("r2-{}", uuid_ish());
+async fn a_lost_lease_never_applies_twice(setup: Setup) {
     let slow = |c: &mut Config| {
-        c.database_url = Some(db.clone());
-        if backend == Backend::Postgres {
-            c.redis_url = Some(shared_redis().url());
-            c.redis_prefix = prefix.clone();
-        }
         c.evaluation.lease_ttl_ms = 300;
         c.evaluation.reconcile_interval_ms = 100;
         c.evaluation.reconcile_grace_ms = 0;
@@ -169,15 +125,24 @@ async fn a_lost_lease_never_applies_twice(backend: Backend) {
         c.limits.async_deadline = Duration::from_secs(5);
         gavel_tests::servers::add_slow_rule(&c.plugin_dir, 1200);
     };
-    let a = TestServer::start_with(backend, slow).await;
+    let a = TestServer::start_with(setup, slow).await;
     // With the embedded coordinator, both workers must share one process's
-    // queue to race; with Redis, a second server shares the queue.
-    let b = if backend == Backend::Postgres {
-        Some(TestServer::start_with(backend, slow).await)
-    } else {
+    // queue to race; with Redis, a second server shares the queue and the store.
+    let b = if setup == Setup::Embedded {
         None
+    } else {
+        let shared = a.config.clone();
+        Some(
+            TestServer::start_with(setup, |c| {
+                slow(c);
+                c.database_url = shared.database_url.clone();
+                c.redis_url = shared.redis_url.clone();
+                c.redis_prefix = shared.redis_prefix.clone();
+            })
+            .await,
+        )
     };
-    let id = submit(&a, "racer", "a post judged by a slow rule").await;
+    let id = a.submit("racer", "a post judged by a slow rule").await;
     let item = a
         .wait_for(&id, |i| {
             i["needs_eval_since"].is_null() && i["status"] != "pending_scan"
@@ -230,15 +195,15 @@ async fn a_lost_lease_never_applies_twice(backend: Backend) {
 /// Q4: an evaluation that fails in the host every time is retried a bounded
 /// number of times, dead-lettered once, other items keep flowing, and the
 /// dead letter can be replayed.
-async fn host_failures_are_retried_then_dead_lettered_and_replayable(backend: Backend) {
-    assert_eq!(backend, Backend::Sqlite, "corrupts a row through SQLite's PRAGMA");
-    let s = TestServer::start_with(backend, |c| {
+async fn host_failures_are_retried_then_dead_lettered_and_replayable(setup: Setup) {
+    assert_eq!(setup, Setup::Embedded, "corrupts a row through SQLite's PRAGMA");
+    let s = TestServer::start_with(setup, |c| {
         c.evaluation.max_attempts = 3;
         c.evaluation.retry_base_ms = 20;
     })
     .await;
-    let id = submit(&s, "victim", "fine text").await;
-    settled(&s, &id).await;
+    let id = s.submit("victim", "fine text").await;
+    s.settled(&id).await;
     // Corrupt the row behind gavel's back so every snapshot read fails.
     let url = s.config.database_url.clone().unwrap();
     let corrupt = |status: &'static str| {
@@ -286,8 +251,8 @@ async fn host_failures_are_retried_then_dead_lettered_and_replayable(backend: Ba
     assert_eq!(s.metrics.dead_letters.get(), 1);
     assert_eq!(s.metrics.retries.get(), 2);
     // Other items keep flowing.
-    let other = submit(&s, "bystander", "another fine text").await;
-    settled(&s, &other).await;
+    let other = s.submit("bystander", "another fine text").await;
+    s.settled(&other).await;
     // Fix the row, replay: the item is judged again.
     corrupt("visible").await;
     let letter_id = letters[0]["id"].as_i64().unwrap();
@@ -297,7 +262,7 @@ async fn host_failures_are_retried_then_dead_lettered_and_replayable(backend: Ba
         .await
         .unwrap();
     assert_eq!(r.status(), 202);
-    settled(&s, &id).await;
+    s.settled(&id).await;
     let r = s
         .post(&format!("/v1/dead-letters/{letter_id}/replay"), &s.moderator)
         .send()
@@ -310,10 +275,10 @@ async fn host_failures_are_retried_then_dead_lettered_and_replayable(backend: Ba
 /// R1: Redis SIGKILLed (no persistence) with items scheduled, submissions
 /// during the outage, Redis restarted empty: the reconciler rebuilds the
 /// queue from the store; every item settles; no 5xx.
-async fn redis_killed_loses_nothing(backend: Backend) {
-    assert_eq!(backend, Backend::Postgres);
+async fn redis_killed_loses_nothing(setup: Setup) {
+    assert_eq!(setup, Setup::Distributed);
     let redis = Redis::start();
-    let s = TestServer::start_with(backend, |c| {
+    let s = TestServer::start_with(setup, |c| {
         c.redis_url = Some(redis.url());
         c.evaluation.debounce.window_ms = 1_500;
         c.evaluation.debounce.max_wait_ms = 1_500;
@@ -322,10 +287,10 @@ async fn redis_killed_loses_nothing(backend: Backend) {
     .await;
     let mut ids = Vec::new();
     for i in 0..100 {
-        ids.push(submit(&s, &format!("r1-{i}"), &format!("text {i}")).await);
+        ids.push(s.submit(&format!("r1-{i}"), &format!("text {i}")).await);
     }
     for id in &ids {
-        settled(&s, id).await;
+        s.settled(id).await;
         // Queue a debounced evaluation that is still waiting when Redis dies.
         let r = s
             .post(&format!("/v1/items/{id}/events"), &s.client)
@@ -364,13 +329,20 @@ async fn redis_killed_loses_nothing(backend: Backend) {
     s.stop().await.unwrap();
 }
 
-/// Q3: a plugin that always traps on some items: those items are decided
-/// by the other plugins, the failure is recorded with outcome `trap`, and
-/// after `quarantine_after` failures in a row the plugin is quarantined.
-async fn a_trapping_plugin_is_recorded_then_quarantined(backend: Backend) {
-    let s = TestServer::start_with(backend, |c| {
-        coordinator_for(backend, c, "q3");
-        c.limits.quarantine_after = 3;
+/// Q3 / H7: a plugin that traps on some items: those items are decided by
+/// the other plugins and the failure is recorded with outcome `trap`; when
+/// most of its evaluations fail its circuit breaker opens (quarantined, not
+/// evaluated), and after the cool-down a probe on a healthy item closes it
+/// again, with both logged in the plugin history.
+async fn a_failing_plugin_is_quarantined_then_recovers(setup: Setup) {
+    let s = TestServer::start_with(setup, |c| {
+        c.limits.breaker = gavel::rules::BreakerConfig {
+            window_ms: 60_000,
+            min_evaluations: 3,
+            failure_rate: 0.6,
+            open_ms: 1_000,
+            max_open_ms: 4_000,
+        };
         std::fs::copy(gavel_tests::guests::MISBEHAVE, c.plugin_dir.join("trapper.wasm")).unwrap();
         std::fs::write(
             c.plugin_dir.join("trapper.toml"),
@@ -380,55 +352,144 @@ async fn a_trapping_plugin_is_recorded_then_quarantined(backend: Backend) {
     })
     .await;
     let spam = "poison http://a.example http://b.example http://c.example http://d.example";
-    let first = submit(&s, "q3-0", spam).await;
-    let item = settled(&s, &first).await;
+    let first = s.submit("q3-0", spam).await;
+    let item = s.settled(&first).await;
     assert_eq!(item["status"], "held_for_review", "decided by the other plugins");
     let trapped = async_decisions_of(&item, "misbehave");
     assert_eq!(trapped.len(), 1);
     assert_eq!(trapped[0]["outcome"], "trap");
     assert_eq!(trapped[0]["applied"], false);
     assert!(trapped[0]["verdict"].is_null());
-    for i in 1..3 {
-        let id = submit(&s, &format!("q3-{i}"), &format!("poison number {i}")).await;
-        settled(&s, &id).await;
+    // One healthy item in between: the rate, not a run of failures, decides.
+    let healthy = s.submit("q3-ok", "a healthy post").await;
+    s.settled(&healthy).await;
+    for i in 1..4 {
+        let id = s.submit(&format!("q3-{i}"), &format!("poison number {i}")).await;
+        s.settled(&id).await;
     }
-    let plugins: Value = s
-        .get("/v1/plugins", &s.moderator)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let trapper = plugins["plugins"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "misbehave")
-        .unwrap()
-        .clone();
-    assert_eq!(trapper["quarantined"], true, "{trapper}");
-    let after = submit(&s, "q3-9", "poison after quarantine").await;
-    let item = settled(&s, &after).await;
+    let trapper = |plugins: &Value| {
+        plugins["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "misbehave")
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        trapper(&s.get_json("/v1/plugins", &s.moderator).await)["quarantined"],
+        true
+    );
+    let during = s.submit("q3-9", "poison while quarantined").await;
+    let item = s.settled(&during).await;
     assert!(
         async_decisions_of(&item, "misbehave").is_empty(),
         "a quarantined plugin is not evaluated"
     );
     assert_eq!(item["status"], "visible");
+    // After the cool-down, the next evaluation is the probe; a healthy item closes the breaker.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let probe = s.submit("q3-probe", "a healthy post after the cool-down").await;
+    let item = s.settled(&probe).await;
+    assert_eq!(async_decisions_of(&item, "misbehave").len(), 1, "the probe ran");
+    assert_eq!(
+        trapper(&s.get_json("/v1/plugins", &s.moderator).await)["quarantined"],
+        false
+    );
+    let history = s.get_json("/v1/plugins/history", &s.moderator).await;
+    let row = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "misbehave")
+        .unwrap()
+        .clone();
+    assert_eq!(row["quarantines"], 1, "{row}");
+    assert!(
+        row["breaker_detail"].as_str().unwrap().contains("evaluations failed"),
+        "{row}"
+    );
+    assert!(
+        row["recovered_at"].as_i64().unwrap() >= row["quarantined_at"].as_i64().unwrap(),
+        "{row}"
+    );
+    assert_eq!(row["status"], "active");
+    assert_eq!(s.metrics.plugin_quarantines.get(), 1);
+    s.stop().await.unwrap();
+}
+
+/// H7: under sustained CPU overload a healthy plugin that needs a few
+/// milliseconds of CPU keeps deciding: its deadline counts the CPU it used,
+/// not time spent waiting for a core, so it never times out, never counts
+/// against its breaker, and is never quarantined.
+async fn overload_never_quarantines_a_healthy_plugin(setup: Setup) {
+    let s = TestServer::start_with(setup, |c| {
+        c.limits.async_deadline = Duration::from_millis(40);
+        c.limits.breaker.min_evaluations = 5;
+        std::fs::copy(gavel_tests::guests::MISBEHAVE, c.plugin_dir.join("worker.wasm")).unwrap();
+        // About 10 ms of CPU per evaluation on this machine kind.
+        std::fs::write(
+            c.plugin_dir.join("worker.toml"),
+            "[config]\nmode = \"work\"\niterations = 8000000\n",
+        )
+        .unwrap();
+    })
+    .await;
+    // Saturate every core several times over for the whole run.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let hogs: Vec<_> = (0..cores * 4)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut x = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    x = std::hint::black_box(x.wrapping_add(1));
+                }
+            })
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        ids.push(s.submit(&format!("h7-{i}"), "an ordinary post under load").await);
+    }
+    for id in &ids {
+        let item = s.settled(id).await;
+        let worked = async_decisions_of(&item, "misbehave");
+        assert_eq!(worked.len(), 1, "{item:#}");
+        assert_eq!(
+            worked[0]["outcome"], "ok",
+            "overload is not the plugin's failure: {:#}",
+            worked[0]
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for h in hogs {
+        h.join().unwrap();
+    }
+    let plugins = s.get_json("/v1/plugins", &s.moderator).await;
+    assert!(
+        plugins["plugins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["quarantined"] == false),
+        "{plugins:#}"
+    );
+    assert_eq!(s.metrics.plugin_quarantines.get(), 0);
     s.stop().await.unwrap();
 }
 
 /// Backpressure: when evaluation falls behind (here: an api-only process,
 /// nothing evaluates), new submissions are held for review at once
 /// (degraded mode) instead of appearing unjudged.
-async fn a_lagging_queue_holds_new_submissions(backend: Backend) {
-    let s = TestServer::start_with(backend, |c| {
-        coordinator_for(backend, c, "lag");
+async fn a_lagging_queue_holds_new_submissions(setup: Setup) {
+    let s = TestServer::start_with(setup, |c| {
         c.role = gavel::config::ServeRole::Api;
         c.evaluation.degraded_lag_ms = 300;
     })
     .await;
-    let first = submit(&s, "early", "judged some day").await;
+    let first = s.submit("early", "judged some day").await;
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let r: Value = s
@@ -472,34 +533,15 @@ async fn a_lagging_queue_holds_new_submissions(backend: Backend) {
     s.stop().await.unwrap();
 }
 
-macro_rules! on {
-    ($backend:ident: $($test:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $test() {
-                super::$test(super::Backend::$backend).await
-            }
-        )*
-    };
-}
-
-mod sqlite_embedded {
-    on!(Sqlite:
-        sloan_burst_is_judged_a_few_times_on_complete_counts,
-        concurrent_events_on_many_items_form_one_chain_each,
-        a_lost_lease_never_applies_twice,
-        host_failures_are_retried_then_dead_lettered_and_replayable,
-        a_trapping_plugin_is_recorded_then_quarantined,
-        a_lagging_queue_holds_new_submissions,
-    );
-}
-
-mod postgres_redis {
-    on!(Postgres:
-        sloan_burst_is_judged_a_few_times_on_complete_counts,
-        concurrent_events_on_many_items_form_one_chain_each,
-        a_lost_lease_never_applies_twice,
-        redis_killed_loses_nothing,
-        a_trapping_plugin_is_recorded_then_quarantined,
-    );
-}
+gavel_tests::both!(
+    sloan_burst_is_judged_a_few_times_on_complete_counts,
+    concurrent_events_on_many_items_form_one_chain_each,
+    a_lost_lease_never_applies_twice,
+    a_failing_plugin_is_quarantined_then_recovers,
+    a_lagging_queue_holds_new_submissions,
+);
+gavel_tests::matrix!([embedded_only: Embedded]
+    host_failures_are_retried_then_dead_lettered_and_replayable,
+    overload_never_quarantines_a_healthy_plugin,
+);
+gavel_tests::matrix!([distributed_only: Distributed] redis_killed_loses_nothing);

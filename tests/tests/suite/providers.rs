@@ -2,15 +2,16 @@
 //! items with media to a provider; gavel sends signed requests with a stable
 //! idempotency key; callbacks arrive duplicated, shuffled and stale, and
 //! exactly one is applied per request; a moderator's decision while waiting
-//! always wins; silence ends in `held_for_review` (`provider_timeout`).
-//! SQLite with the embedded coordinator, PostgreSQL with a real Redis.
+//! always wins (also when both race: no deadlock, no 5xx); silence ends in
+//! `held_for_review` (`provider_timeout`); an answer for unchanged content
+//! stands (C3): later votes never send the item back to the provider.
 
 use gavel::config::{Config, ProviderConfig};
 use gavel::providers::Callback;
 use gavel::providers::fake::{FakeOptions, FakeProvider, send_callback, send_signed};
 use gavel_tests::Rng;
 use gavel_tests::guests;
-use gavel_tests::servers::{Backend, TestServer, shared_redis};
+use gavel_tests::server::{Setup, TestServer};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -32,19 +33,11 @@ fn silent() -> FakeOptions {
 
 /// A fake provider, and gavel with the media hand-off rule deferring to it
 /// as `classifier`.
-async fn start(
-    backend: Backend,
-    options: FakeOptions,
-    tweak: impl FnOnce(&mut Config),
-) -> (Arc<TestServer>, FakeProvider) {
+async fn start(setup: Setup, options: FakeOptions, tweak: impl FnOnce(&mut Config)) -> (Arc<TestServer>, FakeProvider) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let fake = FakeProvider::start(listener, options).unwrap();
     let url = fake.url.clone();
-    let s = TestServer::start_with(backend, |c| {
-        if backend == Backend::Postgres {
-            c.redis_url = Some(shared_redis().url());
-            c.redis_prefix = format!("providers-{}", Rng::from_clock().next_u64());
-        }
+    let s = TestServer::start_with(setup, |c| {
         std::fs::copy(guests::MEDIA_HANDOFF, c.plugin_dir.join("media-handoff.wasm")).unwrap();
         c.providers.insert(
             "classifier".into(),
@@ -64,7 +57,7 @@ async fn start(
 }
 
 async fn submit_media(s: &TestServer, n: usize) -> String {
-    s.submit(
+    s.submit_with(
         &format!("author-{n}"),
         &format!("look at this picture {n}"),
         json!({"media": format!("https://cdn.example/{n}.jpg")}),
@@ -119,11 +112,11 @@ const VERDICTS: [(&str, &str); 4] = [
 /// requests answered by two distinct events (the provider processed a
 /// retry twice). Exactly one callback applied per live request, the stale
 /// ones recorded and never applied, the final state follows the latest request.
-async fn each_request_is_applied_once_and_stale_callbacks_are_recorded(backend: Backend) {
+async fn each_request_is_applied_once_and_stale_callbacks_are_recorded(setup: Setup) {
     let seed = Rng::from_clock().next_u64();
     eprintln!("seed {seed}");
     let mut rng = Rng(seed);
-    let (s, fake) = start(backend, silent(), |_| {}).await;
+    let (s, fake) = start(setup, silent(), |_| {}).await;
     let n = 40;
     let mut ids = Vec::new();
     for i in 0..n {
@@ -134,13 +127,13 @@ async fn each_request_is_applied_once_and_stale_callbacks_are_recorded(backend: 
         let (_, key) = awaiting(&s, &fake, id, 1).await;
         requests.push((id.clone(), key));
     }
-    // 10 %: a new event re-judges the item, which defers again: a new request
-    // supersedes the outstanding one.
+    // 10 %: the content is edited, the rule defers again, and the new
+    // request supersedes the outstanding one (the provider judged the old text).
     let superseded: Vec<String> = ids.iter().step_by(10).cloned().collect();
     for id in &superseded {
         let r = s
             .post(&format!("/v1/items/{id}/events"), &s.client)
-            .json(&json!({"kind": "flag", "actor": "someone"}))
+            .json(&json!({"kind": "edit", "actor": "someone", "text": "look at this picture, edited"}))
             .send()
             .await
             .unwrap();
@@ -253,8 +246,8 @@ async fn each_request_is_applied_once_and_stale_callbacks_are_recorded(backend: 
 
 /// A moderator decides while the item waits: the provider's later answer is
 /// recorded as stale and changes nothing.
-async fn a_moderator_decision_while_waiting_always_wins(backend: Backend) {
-    let (s, fake) = start(backend, silent(), |_| {}).await;
+async fn a_moderator_decision_while_waiting_always_wins(setup: Setup) {
+    let (s, fake) = start(setup, silent(), |_| {}).await;
     let id = submit_media(&s, 1).await;
     let (_, key) = awaiting(&s, &fake, &id, 1).await;
     let r = s
@@ -290,8 +283,8 @@ async fn a_moderator_decision_while_waiting_always_wins(backend: Backend) {
 
 /// A provider that never answers: past the deadline the item goes to
 /// review with cause `provider_timeout`; a late answer is stale.
-async fn an_unanswered_request_times_out_to_review(backend: Backend) {
-    let (s, fake) = start(backend, silent(), |c| {
+async fn an_unanswered_request_times_out_to_review(setup: Setup) {
+    let (s, fake) = start(setup, silent(), |c| {
         c.providers.get_mut("classifier").unwrap().deadline_ms = 1_500;
     })
     .await;
@@ -321,7 +314,7 @@ async fn an_unanswered_request_times_out_to_review(backend: Backend) {
 /// A provider failing the first sends: gavel retries with the same
 /// idempotency key, then the provider answers (three times: one applied,
 /// two duplicates).
-async fn retries_reuse_the_key_and_the_answer_applies_once(backend: Backend) {
+async fn retries_reuse_the_key_and_the_answer_applies_once(setup: Setup) {
     let options = FakeOptions {
         silent: false,
         fail_first: 2,
@@ -330,7 +323,7 @@ async fn retries_reuse_the_key_and_the_answer_applies_once(backend: Backend) {
         delay: Duration::from_millis(50),
         ..silent()
     };
-    let (s, fake) = start(backend, options, |_| {}).await;
+    let (s, fake) = start(setup, options, |_| {}).await;
     let id = submit_media(&s, 3).await;
     let item = s.wait_for(&id, |i| i["status"] == "rejected").await;
     let key = item["provider_requests"][0]["key"].as_str().unwrap();
@@ -358,8 +351,8 @@ async fn retries_reuse_the_key_and_the_answer_applies_once(backend: Backend) {
 
 /// C2: bad HMAC, missing or old signatures are 401; unknown provider, item
 /// or request 404; malformed bodies 400. Nothing is applied.
-async fn bad_callbacks_are_refused_and_apply_nothing(backend: Backend) {
-    let (s, fake) = start(backend, silent(), |_| {}).await;
+async fn bad_callbacks_are_refused_and_apply_nothing(setup: Setup) {
+    let (s, fake) = start(setup, silent(), |_| {}).await;
     let id = submit_media(&s, 4).await;
     let (before, key) = awaiting(&s, &fake, &id, 1).await;
     let http = reqwest::Client::new();
@@ -458,8 +451,8 @@ async fn bad_callbacks_are_refused_and_apply_nothing(backend: Backend) {
 
 /// A rule deferring to a provider this deployment does not configure: the
 /// item is held for a human instead of waiting forever.
-async fn a_defer_to_an_unknown_provider_is_held(backend: Backend) {
-    let (s, _fake) = start(backend, silent(), |c| {
+async fn a_defer_to_an_unknown_provider_is_held(setup: Setup) {
+    let (s, _fake) = start(setup, silent(), |c| {
         std::fs::write(
             c.plugin_dir.join("media-handoff.toml"),
             "[config]\nprovider = \"video-ai\"\n",
@@ -474,11 +467,94 @@ async fn a_defer_to_an_unknown_provider_is_held(backend: Backend) {
     assert!(item["provider_requests"].as_array().unwrap().is_empty());
 }
 
-gavel_tests::both_stores!(
+/// C3: a provider answered; later votes (no edit) re-evaluate the item and
+/// the rule defers again: the answer stands (no new request, the item stays
+/// visible, the provider is not paid twice). An edit does ask again.
+async fn a_provider_answer_stands_until_the_content_changes(setup: Setup) {
+    let (s, fake) = start(setup, silent(), |_| {}).await;
+    let id = submit_media(&s, 6).await;
+    let (_, key) = awaiting(&s, &fake, &id, 1).await;
+    let http = reqwest::Client::new();
+    let status = send_callback(
+        &http,
+        &callback_url(&s),
+        SECRET.as_bytes(),
+        &callback("c3-1", &key, &id, "allow"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 200);
+    let answered = s.wait_for(&id, |i| i["status"] == "visible").await;
+    for n in 0..3 {
+        assert_eq!(s.event(&id, "upvote", &format!("voter-{n}")).await, 202);
+    }
+    let item = s
+        .wait_for(&id, |i| i["needs_eval_since"].is_null() && i["counters"]["upvote"] == 3)
+        .await;
+    assert_eq!(item["status"], "visible", "the provider's answer stands: {item:#}");
+    assert_eq!(item["version"], answered["version"], "no transition at all");
+    assert_eq!(item["provider_requests"].as_array().unwrap().len(), 1, "no new request");
+    assert_eq!(fake.received().len(), 1, "the provider was asked once");
+    let last = item["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|d| d["plugin"] == "media-handoff")
+        .unwrap();
+    assert_eq!(
+        last["verdict"], "defer",
+        "the rule still defers; the host keeps the answer"
+    );
+    // An edit changes what the provider judged: it is asked again.
+    let r = s
+        .post(&format!("/v1/items/{id}/events"), &s.client)
+        .json(&json!({"kind": "edit", "actor": "author-6", "text": "a different picture now"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let (item, _) = awaiting(&s, &fake, &id, 2).await;
+    assert_eq!(item["content_version"], 2);
+    assert_eq!(fake.received().len(), 2);
+}
+
+/// A moderator and a provider's callback deciding the same waiting item at
+/// once: both paths lock the item first, so they never deadlock; one wins,
+/// the other is refused, never a 5xx. Many rounds.
+async fn a_moderator_racing_a_callback_never_deadlocks(setup: Setup) {
+    let (s, fake) = start(setup, silent(), |_| {}).await;
+    let http = reqwest::Client::new();
+    for round in 0..20 {
+        let id = submit_media(&s, 100 + round).await;
+        let (_, key) = awaiting(&s, &fake, &id, 1).await;
+        let moderation = s
+            .post(&format!("/v1/items/{id}/moderation"), &s.moderator)
+            .json(&json!({"status": "rejected", "reason": "race"}))
+            .send();
+        let cb = callback(&format!("race-{round}"), &key, &id, "allow");
+        let url = callback_url(&s);
+        let callback = send_callback(&http, &url, SECRET.as_bytes(), &cb);
+        let (m, c) = tokio::join!(moderation, callback);
+        let (m, c) = (m.unwrap().status().as_u16(), c.unwrap().as_u16());
+        assert_eq!(m, 200, "round {round}: a manual decision always applies");
+        assert!(c == 200 || c == 202, "round {round}: callback answered {c}");
+        let item = s.get_json(&format!("/v1/items/{id}"), &s.moderator).await;
+        assert_eq!(
+            item["status"], "rejected",
+            "round {round}: the moderator wins: {item:#}"
+        );
+        assert_eq!(item["decided_by"], "moderator");
+    }
+}
+
+gavel_tests::both!(
     each_request_is_applied_once_and_stale_callbacks_are_recorded,
     a_moderator_decision_while_waiting_always_wins,
     an_unanswered_request_times_out_to_review,
     retries_reuse_the_key_and_the_answer_applies_once,
     bad_callbacks_are_refused_and_apply_nothing,
     a_defer_to_an_unknown_provider_is_held,
+    a_provider_answer_stands_until_the_content_changes,
+    a_moderator_racing_a_callback_never_deadlocks,
 );

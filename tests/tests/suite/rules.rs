@@ -1,7 +1,10 @@
 //! The rule runtime against real components: the example plugins' cases,
-//! misbehaving plugins (RELIABILITY.md W1, W3, W4, W8) and bad files (W5).
+//! misbehaving plugins (docs/RELIABILITY.md W1, W3, W4, W8) and bad files
+//! (W5); what a reused instance starts each call with; host-side failures
+//! (an exhausted pool) that are never the plugin's outcome (H7).
 
-use gavel::rules::{Digest, LoadErrorKind, Outcome, RuleEngine};
+use gavel::domain::{Digest, Outcome};
+use gavel::rules::{Evaluation, HostError, InstancePool, LoadErrorKind, LoadedPlugin, RuleEngine, Snapshot};
 use gavel_plugin_sdk::spec::parse_cases;
 use gavel_tests::{engine, evaluate_spec, example_plugins, guests, load, snapshot};
 use std::path::Path;
@@ -12,6 +15,19 @@ use std::time::Duration;
 fn shared_engine() -> &'static RuleEngine {
     static ENGINE: OnceLock<RuleEngine> = OnceLock::new();
     ENGINE.get_or_init(engine)
+}
+
+/// A fresh-instance evaluation the host had no trouble running.
+fn run(engine: &RuleEngine, plugin: &LoadedPlugin, snapshot: &Snapshot) -> Evaluation {
+    engine.evaluate(plugin, snapshot).expect("the host runs the evaluation")
+}
+
+/// A reused-instance evaluation under the engine's async limits.
+fn reuse(engine: &RuleEngine, plugin: &LoadedPlugin, pool: &InstancePool, snapshot: &Snapshot) -> Evaluation {
+    let (deadline, memory) = (engine.limits().async_deadline, engine.limits().memory_bytes);
+    engine
+        .evaluate_reusing(plugin, pool, snapshot, deadline, memory)
+        .expect("the host runs the evaluation")
 }
 
 #[test]
@@ -39,7 +55,7 @@ fn every_evaluation_is_stamped_with_name_version_and_file_digest() {
     let engine = shared_engine();
     for (wasm, _) in example_plugins() {
         let plugin = load(engine, wasm);
-        let e = engine.evaluate(&plugin, &snapshot("hello", &[]));
+        let e = run(engine, &plugin, &snapshot("hello", &[]));
         assert_eq!(e.outcome, Outcome::Ok);
         assert_eq!(e.plugin.name, plugin.info.name);
         assert_eq!(e.plugin.version, "1.0.0");
@@ -54,7 +70,7 @@ fn traps_are_outcomes_never_host_panics() {
     let plugin = load(engine, guests::MISBEHAVE);
     for mode in ["recurse", "unreachable", "divide", "panic"] {
         for _ in 0..1000 {
-            let e = engine.evaluate(&plugin, &snapshot("x", &[("mode", mode)]));
+            let e = run(engine, &plugin, &snapshot("x", &[("mode", mode)]));
             assert_eq!(e.outcome, Outcome::Trap, "{mode}: {:?}", e.error);
             assert!(e.decision.is_none());
             assert!(e.error.as_deref().is_some_and(|m| !m.is_empty()));
@@ -62,11 +78,23 @@ fn traps_are_outcomes_never_host_panics() {
     }
 }
 
+/// W8, against a listener this test owns: a connection would succeed if
+/// the sandbox let one through.
 #[test]
 fn the_sandbox_denies_files_environment_and_network() {
     let engine = shared_engine();
     let plugin = load(engine, guests::MISBEHAVE);
-    let e = engine.evaluate(&plugin, &snapshot("x", &[("mode", "probe")]));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    assert!(
+        std::net::TcpStream::connect(&addr).is_ok(),
+        "the probe target accepts connections"
+    );
+    let e = run(
+        engine,
+        &plugin,
+        &snapshot("x", &[("mode", "probe"), ("probe_addr", &addr)]),
+    );
     assert_eq!(e.outcome, Outcome::Ok, "{:?}", e.error);
     assert_eq!(
         e.decision.unwrap().reason,
@@ -80,7 +108,11 @@ fn a_secret_left_in_memory_is_not_visible_to_the_next_evaluation() {
     let plugin = load(engine, guests::MISBEHAVE);
     for i in 0..50 {
         let secret = format!("hunter{i}");
-        let e = engine.evaluate(&plugin, &snapshot("x", &[("mode", "secret"), ("secret", &secret)]));
+        let e = run(
+            engine,
+            &plugin,
+            &snapshot("x", &[("mode", "secret"), ("secret", &secret)]),
+        );
         assert_eq!(
             e.decision.unwrap().reason,
             "saw nothing",
@@ -96,23 +128,20 @@ fn a_secret_left_in_memory_is_not_visible_to_the_next_evaluation() {
 fn reused_instances_keep_state_and_a_trap_discards_the_instance() {
     let engine = shared_engine();
     let plugin = load(engine, guests::MISBEHAVE);
-    let pool = gavel::rules::InstancePool::new(1);
-    let deadline = engine.limits().async_deadline;
-    let memory = engine.limits().memory_bytes;
+    let pool = InstancePool::new(1);
     let secret = |s: &str| {
-        let e = engine.evaluate_reusing(
+        let e = reuse(
+            engine,
             &plugin,
             &pool,
             &snapshot("x", &[("mode", "secret"), ("secret", s)]),
-            deadline,
-            memory,
         );
         assert_eq!(e.outcome, Outcome::Ok, "{:?}", e.error);
         e.decision.unwrap().reason
     };
     assert_eq!(secret("first"), "saw nothing");
     assert_eq!(secret("second"), "saw first", "the same instance served both");
-    let trapped = engine.evaluate_reusing(&plugin, &pool, &snapshot("x", &[("mode", "panic")]), deadline, memory);
+    let trapped = reuse(engine, &plugin, &pool, &snapshot("x", &[("mode", "panic")]));
     assert_eq!(trapped.outcome, Outcome::Trap);
     assert_eq!(secret("third"), "saw nothing", "the trapped instance was discarded");
     let manifest: gavel::rules::Manifest = toml::from_str("reuse_instances = true").unwrap();
@@ -123,14 +152,14 @@ fn reused_instances_keep_state_and_a_trap_discards_the_instance() {
 fn out_of_contract_results_are_invalid_or_error() {
     let engine = shared_engine();
     let plugin = load(engine, guests::MISBEHAVE);
-    let invalid = engine.evaluate(&plugin, &snapshot("x", &[("mode", "invalid")]));
+    let invalid = run(engine, &plugin, &snapshot("x", &[("mode", "invalid")]));
     assert_eq!(invalid.outcome, Outcome::Invalid);
     assert!(invalid.error.unwrap().contains("100 labels"));
-    let error = engine.evaluate(&plugin, &snapshot("x", &[("mode", "error")]));
+    let error = run(engine, &plugin, &snapshot("x", &[("mode", "error")]));
     assert_eq!(error.outcome, Outcome::Error);
     assert_eq!(error.error.as_deref(), Some("cannot decide"));
     // A rule logging 10,000 lines is cut off by the log budget and still succeeds.
-    let flood = engine.evaluate(&plugin, &snapshot("x", &[("mode", "log-flood")]));
+    let flood = run(engine, &plugin, &snapshot("x", &[("mode", "log-flood")]));
     assert_eq!(flood.outcome, Outcome::Ok, "{:?}", flood.error);
 }
 
@@ -145,10 +174,10 @@ fn a_thousand_healthy_evaluations_interleaved_with_failing_ones_all_succeed() {
         &[],
     );
     for i in 0..1000 {
-        let e = engine.evaluate(&healthy, &held);
+        let e = run(engine, &healthy, &held);
         assert_eq!(e.outcome, Outcome::Ok, "healthy evaluation {i}: {:?}", e.error);
-        assert_eq!(e.decision.unwrap().verdict, gavel::verdict::Verdict::Hold);
-        let bad = engine.evaluate(&failing, &snapshot("x", &[("mode", modes[i % modes.len()])]));
+        assert_eq!(e.decision.unwrap().verdict, gavel::domain::Verdict::Hold);
+        let bad = run(engine, &failing, &snapshot("x", &[("mode", modes[i % modes.len()])]));
         assert_ne!(bad.outcome, Outcome::Ok);
     }
 }
@@ -219,4 +248,71 @@ fn bad_plugin_files_get_a_clear_error_naming_file_and_reason() {
 
     let (msg, kind) = load_error(engine, &dir.path().join("missing.wasm"));
     assert!(matches!(kind, LoadErrorKind::Io(_)), "{msg}");
+}
+
+/// A reused instance starts every call with a full log budget and an empty
+/// output capture: output never accumulates into a trap, and a chatty rule
+/// (past the 4 KiB capture) is cut, not failed, fresh or reused.
+#[test]
+fn reused_instances_start_each_call_with_a_fresh_budget_and_capture() {
+    let engine = shared_engine();
+    let plugin = load(engine, guests::MISBEHAVE);
+    let pool = InstancePool::new(1);
+    for call in 0..5 {
+        let printed = reuse(
+            engine,
+            &plugin,
+            &pool,
+            &snapshot("x", &[("mode", "print"), ("bytes", "3072")]),
+        );
+        assert_eq!(printed.outcome, Outcome::Ok, "call {call}: {:?}", printed.error);
+        let flood = reuse(engine, &plugin, &pool, &snapshot("x", &[("mode", "log-flood")]));
+        assert_eq!(flood.outcome, Outcome::Ok, "call {call}: {:?}", flood.error);
+    }
+    let loud = run(
+        engine,
+        &plugin,
+        &snapshot("x", &[("mode", "print"), ("bytes", "65536")]),
+    );
+    assert_eq!(loud.outcome, Outcome::Ok, "{:?}", loud.error);
+}
+
+/// The instance pool out of slots is the host's failure (a `HostError`),
+/// never a plugin outcome that would count against its breaker.
+#[test]
+fn an_exhausted_instance_pool_is_a_host_error() {
+    let engine = std::sync::Arc::new(
+        RuleEngine::new(gavel::rules::RuntimeLimits {
+            max_concurrent_evaluations: 1,
+            async_deadline: Duration::from_secs(5),
+            ..gavel_tests::test_limits()
+        })
+        .unwrap(),
+    );
+    let plugin = std::sync::Arc::new(load(&engine, guests::MISBEHAVE));
+    let busy = {
+        let (engine, plugin) = (engine.clone(), plugin.clone());
+        std::thread::spawn(move || engine.evaluate(&plugin, &snapshot("x", &[("mode", "spin"), ("spin_ms", "1500")])))
+    };
+    // While the one slot is taken, another evaluation cannot start.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let refused = loop {
+        match engine.evaluate(&plugin, &snapshot("x", &[("mode", "ok")])) {
+            Err(e) => break e,
+            Ok(_) => {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the busy evaluation never held the slot"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    };
+    assert!(matches!(refused, HostError::PoolExhausted(_)), "{refused:?}");
+    let done = busy.join().unwrap().unwrap();
+    assert_eq!(done.outcome, Outcome::Ok, "{:?}", done.error);
+    assert_eq!(
+        run(&engine, &plugin, &snapshot("x", &[("mode", "ok")])).outcome,
+        Outcome::Ok
+    );
 }

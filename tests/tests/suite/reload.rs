@@ -1,11 +1,11 @@
-//! Hot reload and provenance against the real server (RELIABILITY.md W5,
-//! W6, W7): swaps under load, bad files, partial writes, the compilation
-//! cache, shadow mode, deletion.
+//! Hot reload and provenance against the real server (docs/RELIABILITY.md
+//! W5, W6, W7): swaps under load, bad files, partial writes, symbolic
+//! links, the compilation cache, shadow mode, deletion.
 
-use gavel_tests::servers::{Backend, TestServer};
+use gavel_tests::server::{Setup, TestServer, eventually};
 use serde_json::{Value, json};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Deploys the recommended way: write under another name, then rename.
 fn deploy(dir: &Path, name: &str, bytes: &[u8]) {
@@ -28,31 +28,14 @@ fn plugin<'a>(list: &'a Value, name: &str) -> Option<&'a Value> {
     list["plugins"].as_array().unwrap().iter().find(|p| p["name"] == name)
 }
 
-async fn wait_until(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
-async fn submit(s: &TestServer, author: &str, text: &str) -> String {
-    let r: Value = s
-        .post("/v1/items", &s.client)
-        .json(&json!({"kind": "post", "author": author, "text": text}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    r["id"].as_str().unwrap_or_else(|| panic!("{r}")).to_string()
+async fn wait_until(what: &str, check: impl AsyncFnMut() -> bool) {
+    eventually(what, Duration::from_secs(20), check).await
 }
 
 /// W7: 100 hot swaps of one plugin during steady load: 0 errors, and every
 /// decision names a version and digest that was loaded when it was made.
-async fn hot_swaps_under_load_stamp_every_decision_with_loaded_code(backend: Backend) {
-    let s = TestServer::start(backend).await;
+async fn hot_swaps_under_load_stamp_every_decision_with_loaded_code(setup: Setup) {
+    let s = TestServer::start(setup).await;
     let dir = s.config.plugin_dir.clone();
     let original = std::fs::read(gavel_tests::guests::FLAG_RATIO).unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -108,8 +91,7 @@ async fn hot_swaps_under_load_stamp_every_decision_with_loaded_code(backend: Bac
         digests.len()
     );
     // Provenance, with SQL: each decision falls inside a load interval of its exact digest.
-    let url = s.config.database_url.clone().unwrap();
-    let store = gavel::store::open(&url, 2).await.unwrap();
+    let store = s.open_store().await;
     let history = store.plugin_history(100_000).await.unwrap();
     assert!(
         history
@@ -147,8 +129,8 @@ async fn hot_swaps_under_load_stamp_every_decision_with_loaded_code(backend: Bac
 /// W5: bad files never replace a working plugin; the error names the file
 /// and the reason and is listed in /v1/plugins; a `.cwasm` is never loaded;
 /// a second file declaring the same name is refused; deleting unloads.
-async fn bad_files_keep_the_previous_version_serving(backend: Backend) {
-    let s = TestServer::start(backend).await;
+async fn bad_files_keep_the_previous_version_serving(setup: Setup) {
+    let s = TestServer::start(setup).await;
     let dir = s.config.plugin_dir.clone();
     let good = plugin(&plugins(&s).await, "link-spam").unwrap()["digest"].clone();
     let original = std::fs::read(gavel_tests::guests::LINK_SPAM).unwrap();
@@ -194,12 +176,12 @@ async fn bad_files_keep_the_previous_version_serving(backend: Backend) {
             .unwrap();
         assert!(failure["path"].as_str().unwrap().ends_with(name));
         // And it still decides.
-        let id = submit(
-            &s,
-            "w5",
-            "http://a.example http://b.example http://c.example http://d.example",
-        )
-        .await;
+        let id = s
+            .submit(
+                "w5",
+                "http://a.example http://b.example http://c.example http://d.example",
+            )
+            .await;
         let item = s
             .wait_for(&id, |i| {
                 i["needs_eval_since"].is_null() && i["status"] != "pending_scan"
@@ -248,6 +230,35 @@ async fn bad_files_keep_the_previous_version_serving(backend: Backend) {
             .any(|f| f["error"].as_str().unwrap().contains("already loaded"))
     })
     .await;
+    // A symbolic link is never followed (it could point anywhere on the
+    // machine), and a sidecar is not read past 64 KiB.
+    std::os::unix::fs::symlink(gavel_tests::guests::FLAG_RATIO, dir.join("linked.wasm")).unwrap();
+    wait_until("symbolic link refused", async || {
+        plugins(&s).await["failures"].as_array().unwrap().iter().any(|f| {
+            f["path"].as_str().unwrap().ends_with("linked.wasm")
+                && f["error"].as_str().unwrap().contains("symbolic link")
+        })
+    })
+    .await;
+    let burst = plugin(&plugins(&s).await, "duplicate-burst").unwrap()["digest"].clone();
+    std::fs::write(
+        dir.join("duplicate-burst.toml"),
+        format!("# {}\n", "x".repeat(70 << 10)),
+    )
+    .unwrap();
+    wait_until("oversized sidecar refused", async || {
+        plugins(&s).await["failures"].as_array().unwrap().iter().any(|f| {
+            f["path"].as_str().unwrap().ends_with("duplicate-burst.wasm")
+                && f["error"].as_str().unwrap().contains("over the limit")
+        })
+    })
+    .await;
+    assert_eq!(
+        plugin(&plugins(&s).await, "duplicate-burst").unwrap()["digest"],
+        burst,
+        "still serving"
+    );
+    std::fs::remove_file(dir.join("duplicate-burst.toml")).unwrap();
     // Fix the file: the new version loads. Delete it: the plugin is unloaded.
     deploy(&dir, "link-spam.wasm", &gavel_tests::component_variant(&original, 7));
     wait_until("fixed file loads", async || {
@@ -282,11 +293,11 @@ async fn bad_files_keep_the_previous_version_serving(backend: Backend) {
 
 /// W6: a component written in small chunks with pauses (no rename) is never
 /// evaluated half-written.
-async fn a_file_written_in_chunks_is_never_run_half_written(backend: Backend) {
-    let s = TestServer::start(backend).await;
+async fn a_file_written_in_chunks_is_never_run_half_written(setup: Setup) {
+    let s = TestServer::start(setup).await;
     let dir = s.config.plugin_dir.clone();
     let bytes = gavel_tests::component_variant(&std::fs::read(gavel_tests::guests::DUPLICATE_BURST).unwrap(), 42);
-    let final_digest = gavel::rules::Digest::of(&bytes).to_hex();
+    let final_digest = gavel::domain::Digest::of(&bytes).to_hex();
     let load = {
         let (http, url, token) = (s.http.clone(), s.url.clone(), s.client.clone());
         tokio::spawn(async move {
@@ -322,7 +333,7 @@ async fn a_file_written_in_chunks_is_never_run_half_written(backend: Backend) {
         plugin(&plugins(&s).await, "duplicate-burst").is_some_and(|p| p["digest"] == final_digest)
     })
     .await;
-    let original = gavel::rules::Digest::of(&std::fs::read(gavel_tests::guests::DUPLICATE_BURST).unwrap()).to_hex();
+    let original = gavel::domain::Digest::of(&std::fs::read(gavel_tests::guests::DUPLICATE_BURST).unwrap()).to_hex();
     for id in &ids {
         let item = s
             .wait_for(id, |i| i["needs_eval_since"].is_null() && i["status"] != "pending_scan")
@@ -344,11 +355,8 @@ async fn a_file_written_in_chunks_is_never_run_half_written(backend: Backend) {
 }
 
 /// The compilation cache: a restart loads every known digest from it.
-async fn a_restart_loads_compiled_code_from_the_cache(backend: Backend) {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().to_path_buf();
-    let db = gavel_tests::servers::database_url(backend, &root).await;
-    let s = TestServer::start_in(dir, backend, |c| c.database_url = Some(db.clone())).await;
+async fn a_restart_loads_compiled_code_from_the_cache(setup: Setup) {
+    let s = TestServer::start(setup).await;
     let first = plugins(&s).await;
     assert!(
         first["plugins"]
@@ -359,7 +367,7 @@ async fn a_restart_loads_compiled_code_from_the_cache(backend: Backend) {
         "a fresh data dir has no cache"
     );
     let (config, dir) = s.stop_keeping_dir().await;
-    let s = TestServer::start_in(dir, backend, |c| *c = config).await;
+    let s = TestServer::serve(dir, setup, config, |_| {}).await;
     let second = plugins(&s).await;
     let list = second["plugins"].as_array().unwrap();
     assert_eq!(list.len(), 4);
@@ -371,8 +379,8 @@ async fn a_restart_loads_compiled_code_from_the_cache(backend: Backend) {
 /// decisions recorded with `applied = false`, never a status change, and its
 /// disagreement with the enforced outcome counted. Changing only the sidecar
 /// reloads the settings (here: from shadow to enforce).
-async fn a_shadow_plugin_never_changes_a_status(backend: Backend) {
-    let s = TestServer::start_with(backend, |c| {
+async fn a_shadow_plugin_never_changes_a_status(setup: Setup) {
+    let s = TestServer::start_with(setup, |c| {
         std::fs::copy(gavel_tests::guests::MISBEHAVE, c.plugin_dir.join("strict.wasm")).unwrap();
         std::fs::write(
             c.plugin_dir.join("strict.toml"),
@@ -383,7 +391,7 @@ async fn a_shadow_plugin_never_changes_a_status(backend: Backend) {
     .await;
     let mut ids = Vec::new();
     for i in 0..5 {
-        ids.push(submit(&s, &format!("shadow-{i}"), "a perfectly fine post").await);
+        ids.push(s.submit(&format!("shadow-{i}"), "a perfectly fine post").await);
     }
     for id in &ids {
         let item = s
@@ -415,7 +423,7 @@ async fn a_shadow_plugin_never_changes_a_status(backend: Backend) {
         plugin(&plugins(&s).await, "misbehave").is_some_and(|p| p["mode"] == "enforce")
     })
     .await;
-    let id = submit(&s, "after-promotion", "a perfectly fine post").await;
+    let id = s.submit("after-promotion", "a perfectly fine post").await;
     let item = s
         .wait_for(&id, |i| {
             i["needs_eval_since"].is_null() && i["status"] != "pending_scan"
@@ -429,8 +437,8 @@ async fn a_shadow_plugin_never_changes_a_status(backend: Backend) {
 /// not waited for. (The abandoned compilation still finishes on its own
 /// thread and fills the cache, so a later retry of the same file may load
 /// it from there: then it must say `from_cache`.)
-async fn a_compilation_past_its_bound_is_reported(backend: Backend) {
-    let s = TestServer::start_with(backend, |c| c.limits.compile_timeout = Duration::from_millis(1)).await;
+async fn a_compilation_past_its_bound_is_reported(setup: Setup) {
+    let s = TestServer::start_with(setup, |c| c.limits.compile_timeout = Duration::from_millis(1)).await;
     let list = plugins(&s).await;
     let failures = list["failures"].as_array().unwrap();
     let loaded = list["plugins"].as_array().unwrap();
@@ -446,28 +454,11 @@ async fn a_compilation_past_its_bound_is_reported(backend: Backend) {
     s.stop().await.unwrap();
 }
 
-macro_rules! on {
-    ($backend:ident: $($test:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $test() {
-                super::$test(super::Backend::$backend).await
-            }
-        )*
-    };
-}
-
-mod sqlite {
-    on!(Sqlite:
-        hot_swaps_under_load_stamp_every_decision_with_loaded_code,
-        bad_files_keep_the_previous_version_serving,
-        a_file_written_in_chunks_is_never_run_half_written,
-        a_restart_loads_compiled_code_from_the_cache,
-        a_shadow_plugin_never_changes_a_status,
-        a_compilation_past_its_bound_is_reported,
-    );
-}
-
-mod postgres {
-    on!(Postgres: hot_swaps_under_load_stamp_every_decision_with_loaded_code);
-}
+gavel_tests::matrix!([embedded: Embedded]
+    bad_files_keep_the_previous_version_serving,
+    a_file_written_in_chunks_is_never_run_half_written,
+    a_restart_loads_compiled_code_from_the_cache,
+    a_shadow_plugin_never_changes_a_status,
+    a_compilation_past_its_bound_is_reported,
+);
+gavel_tests::matrix!([everywhere_embedded: Embedded, everywhere_distributed: Distributed] hot_swaps_under_load_stamp_every_decision_with_loaded_code);

@@ -1,7 +1,7 @@
 //! `/metrics` and the per-plugin-version figures move as they must
 //! (the observability contract operators and alerts rely on).
 
-use gavel_tests::servers::{Backend, TestServer};
+use gavel_tests::server::{Setup, TestServer};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -39,19 +39,14 @@ fn get(m: &BTreeMap<String, f64>, key: &str) -> f64 {
     m.get(key).copied().unwrap_or(0.0)
 }
 
-async fn submit(s: &TestServer, author: &str, text: &str, key: Option<&str>) -> reqwest::Response {
-    let mut r = s
-        .post("/v1/items", &s.client)
-        .json(&json!({"kind": "post", "author": author, "text": text}));
-    if let Some(k) = key {
-        r = r.header("Idempotency-Key", k);
-    }
-    r.send().await.unwrap()
+/// A submission's answer (status), with an optional key.
+async fn submit(s: &TestServer, author: &str, text: &str, key: Option<&str>) -> (u16, Value) {
+    s.submit_as(&s.client, &json!({"kind": "post", "author": author, "text": text}), key)
+        .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn metrics_move_with_the_workload() {
-    let s = TestServer::start(Backend::Sqlite).await;
+async fn metrics_move_with_the_workload(setup: Setup) {
+    let s = TestServer::start(setup).await;
     let before = scrape(&s).await;
     for name in [
         "gavel_queue_lag_seconds{}",
@@ -86,8 +81,8 @@ async fn metrics_move_with_the_workload() {
     }
 
     // A replayed idempotent request increments the replay counter exactly once.
-    assert_eq!(submit(&s, "m1", "hello metrics", Some("k-1")).await.status(), 202);
-    assert_eq!(submit(&s, "m1", "hello metrics", Some("k-1")).await.status(), 202);
+    assert_eq!(submit(&s, "m1", "hello metrics", Some("k-1")).await.0, 202);
+    assert_eq!(submit(&s, "m1", "hello metrics", Some("k-1")).await.0, 202);
     let after = scrape(&s).await;
     assert_eq!(
         get(&after, "gavel_idempotency_replays_total{route=items}")
@@ -100,23 +95,20 @@ async fn metrics_move_with_the_workload() {
     assert_eq!(get(&after, "gavel_store_batched_writes_total{kind=submissions}"), 1.0);
     assert_eq!(get(&after, "gavel_store_batches_total{kind=submissions}"), 1.0);
     // A sync-phase rejection is counted as such.
-    assert_eq!(submit(&s, "m2", "scamcoin", None).await.status(), 202);
+    assert_eq!(submit(&s, "m2", "scamcoin", None).await.0, 202);
     assert_eq!(
         get(&scrape(&s).await, "gavel_submissions_total{outcome=rejected_sync}"),
         1.0
     );
 
     // Rule evaluations by plugin version and outcome, and combined verdicts.
-    let r: Value = submit(
+    let (_, r) = submit(
         &s,
         "m3",
         "http://a.example http://b.example http://c.example http://d.example",
         None,
     )
-    .await
-    .json()
-    .await
-    .unwrap();
+    .await;
     let id = r["id"].as_str().unwrap().to_string();
     let item = s
         .wait_for(&id, |i| {
@@ -192,9 +184,8 @@ async fn metrics_move_with_the_workload() {
 }
 
 /// A stale commit (lost lease) increments the fencing counter.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_stale_commit_moves_the_fencing_counter() {
-    let s = TestServer::start_with(Backend::Sqlite, |c| {
+async fn a_stale_commit_moves_the_fencing_counter(setup: Setup) {
+    let s = TestServer::start_with(setup, |c| {
         c.evaluation.lease_ttl_ms = 300;
         c.evaluation.reconcile_interval_ms = 100;
         c.evaluation.reconcile_grace_ms = 0;
@@ -205,7 +196,7 @@ async fn a_stale_commit_moves_the_fencing_counter() {
     })
     .await;
     let before = get(&scrape(&s).await, "gavel_stale_commits_total{}");
-    assert_eq!(submit(&s, "fence", "judged slowly", None).await.status(), 202);
+    assert_eq!(submit(&s, "fence", "judged slowly", None).await.0, 202);
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let m = scrape(&s).await;
@@ -218,3 +209,5 @@ async fn a_stale_commit_moves_the_fencing_counter() {
     }
     s.stop().await.unwrap();
 }
+
+gavel_tests::matrix!([embedded: Embedded] metrics_move_with_the_workload, a_stale_commit_moves_the_fencing_counter);

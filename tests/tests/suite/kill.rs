@@ -39,7 +39,7 @@ max_wait_ms = 60000
     let http = reqwest::Client::new();
     let mut ids = Vec::new();
     for i in 0..50u64 {
-        let id = submit_until_acknowledged(&http, &gavel.url(), &client, i).await.id;
+        let id = submit_until_acknowledged(&http, &[gavel.url()], &client, i).await.id;
         // Six flags: judged only after a minute-long window, i.e. never before the kill.
         for e in 0..6 {
             let r = http
@@ -122,7 +122,7 @@ secret = "kill-webhook-secret-0123"
     let http = reqwest::Client::new();
     let mut ids = Vec::new();
     for i in 0..30u64 {
-        ids.push(submit_until_acknowledged(&http, &gavel.url(), &client, i).await.id);
+        ids.push(submit_until_acknowledged(&http, &[gavel.url()], &client, i).await.id);
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     for id in &ids {

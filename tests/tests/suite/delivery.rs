@@ -3,13 +3,15 @@
 //! dedup and in version order per item; broken endpoints dead-letter
 //! without disturbing anything else and replay; the changes feed pages
 //! through commits made while it is read, without gaps or repeats.
-//! SQLite with the embedded coordinator, PostgreSQL with a real Redis.
+//! Redirects are never followed; a process that does not know an endpoint
+//! leaves its deliveries to one that does.
 
-use gavel::config::{Config, WebhookConfig};
+use gavel::config::WebhookConfig;
+use gavel::domain::DeliveryStatus;
 use gavel::store::Change;
 use gavel_tests::Rng;
 use gavel_tests::receiver::Receiver;
-use gavel_tests::servers::{Backend, TestServer, shared_redis};
+use gavel_tests::server::{Setup, TestServer};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -17,13 +19,6 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const SECRET: &str = "webhook-secret-0123456789";
-
-fn coordinator_for(backend: Backend, config: &mut Config, prefix: &str) {
-    if backend == Backend::Postgres {
-        config.redis_url = Some(shared_redis().url());
-        config.redis_prefix = format!("{prefix}-{}", Rng::from_clock().next_u64());
-    }
-}
 
 fn webhook(url: &str) -> WebhookConfig {
     WebhookConfig {
@@ -65,7 +60,7 @@ async fn submit_many(s: &Arc<TestServer>, n: usize) -> Vec<String> {
                 } else {
                     format!("post {i}: an ordinary message")
                 };
-                ids.push(s.submit(&format!("author-{}", i % 50), &text, json!({})).await);
+                ids.push(s.submit(&format!("author-{}", i % 50), &text).await);
             }
             ids
         });
@@ -77,7 +72,7 @@ async fn submit_many(s: &Arc<TestServer>, n: usize) -> Vec<String> {
 /// on 5 %: every transition arrives, exactly once after dedup by
 /// `event_id`, never an older version after a newer one for the same item,
 /// and no delivery used more attempts than configured.
-async fn every_transition_is_delivered_once_in_order(backend: Backend) {
+async fn every_transition_is_delivered_once_in_order(setup: Setup) {
     let seed = Rng::from_clock().next_u64();
     eprintln!("receiver seed {seed}");
     let receiver = Receiver::start(SECRET, seed).await;
@@ -85,8 +80,7 @@ async fn every_transition_is_delivered_once_in_order(backend: Backend) {
     receiver.behaviour.hang_per_mille.store(50, Ordering::Relaxed);
     let max_attempts = 40;
     let s = Arc::new(
-        TestServer::start_with(backend, |c| {
-            coordinator_for(backend, c, "delivery");
+        TestServer::start_with(setup, |c| {
             c.webhooks.insert("platform".into(), webhook(&receiver.url));
             c.delivery.timeout_ms = 300;
             c.delivery.retry_base_ms = 20;
@@ -156,7 +150,10 @@ async fn every_transition_is_delivered_once_in_order(backend: Backend) {
     let store = s.open_store().await;
     let deliveries = store.deliveries(true, 100_000).await.unwrap();
     assert_eq!(deliveries.len(), expected.len(), "one delivery per event and endpoint");
-    assert!(deliveries.iter().all(|d| d.status == "delivered"), "none dead");
+    assert!(
+        deliveries.iter().all(|d| d.status == DeliveryStatus::Delivered),
+        "none dead"
+    );
     assert!(deliveries.iter().all(|d| d.attempts <= i64::from(max_attempts)));
     let retried = deliveries.iter().filter(|d| d.attempts > 1).count();
     assert!(retried > expected.len() / 10, "only {retried} deliveries retried");
@@ -173,7 +170,7 @@ async fn every_transition_is_delivered_once_in_order(backend: Backend) {
 /// An unreachable endpoint and one answering 410 forever: their deliveries
 /// go dead after the configured attempts and are listed; a healthy endpoint
 /// and evaluation carry on; replaying after the fix delivers.
-async fn broken_endpoints_dead_letter_and_replay(backend: Backend) {
+async fn broken_endpoints_dead_letter_and_replay(setup: Setup) {
     let healthy = Receiver::start(SECRET, 7).await;
     let gone = Receiver::start(SECRET, 8).await;
     gone.behaviour.status.store(410, Ordering::Relaxed);
@@ -181,8 +178,7 @@ async fn broken_endpoints_dead_letter_and_replay(backend: Backend) {
     // test's server meanwhile).
     let unreachable = "http://127.0.0.1:1/hook".to_string();
     let s = Arc::new(
-        TestServer::start_with(backend, |c| {
-            coordinator_for(backend, c, "dead-deliveries");
+        TestServer::start_with(setup, |c| {
             c.webhooks.insert("healthy".into(), webhook(&healthy.url));
             c.webhooks.insert("gone".into(), webhook(&gone.url));
             c.webhooks.insert("unreachable".into(), webhook(&unreachable));
@@ -261,7 +257,7 @@ async fn broken_endpoints_dead_letter_and_replay(backend: Backend) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Items kept being judged throughout.
-    let late = s.submit("late-author", "a late ordinary post", json!({})).await;
+    let late = s.submit("late-author", "a late ordinary post").await;
     s.wait_for(&late, |i| i["status"] == "visible").await;
     stop(s).await;
 }
@@ -269,8 +265,8 @@ async fn broken_endpoints_dead_letter_and_replay(backend: Backend) {
 /// `GET /v1/changes` paged with a small limit while items are submitted and
 /// moderated: every transition exactly once, in per-item version order; a
 /// client token sees only its own items.
-async fn changes_feed_pages_without_gaps_while_committing(backend: Backend) {
-    let s = Arc::new(TestServer::start_with(backend, |c| coordinator_for(backend, c, "changes")).await);
+async fn changes_feed_pages_without_gaps_while_committing(setup: Setup) {
+    let s = Arc::new(TestServer::start(setup).await);
     let writing = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let mut writers = tokio::task::JoinSet::new();
     for lane in 0..6 {
@@ -280,7 +276,7 @@ async fn changes_feed_pages_without_gaps_while_committing(backend: Backend) {
             let mut ids = Vec::new();
             while writing.load(Ordering::Relaxed) {
                 let id = s
-                    .submit(&format!("w{lane}-{n}"), &format!("lane {lane} post {n}"), json!({}))
+                    .submit(&format!("w{lane}-{n}"), &format!("lane {lane} post {n}"))
                     .await;
                 ids.push(id.clone());
                 if n % 4 == 0 {
@@ -406,8 +402,104 @@ async fn stop(s: Arc<TestServer>) {
         .unwrap();
 }
 
-gavel_tests::both_stores!(
+/// A webhook endpoint answering with a redirect: the signed body never
+/// follows it to the other host; the attempt fails and says why.
+async fn redirects_are_never_followed(setup: Setup) {
+    let target = Receiver::start(SECRET, 21).await;
+    let redirecting = Receiver::start(SECRET, 22).await;
+    *redirecting.behaviour.redirect_to.lock().unwrap() = Some(target.url.clone());
+    let s = Arc::new(
+        TestServer::start_with(setup, |c| {
+            c.webhooks.insert("platform".into(), webhook(&redirecting.url));
+            c.delivery.retry_base_ms = 10;
+            c.delivery.retry_max_ms = 20;
+            c.delivery.max_attempts = 2;
+            c.delivery.poll_interval_ms = 20;
+        })
+        .await,
+    );
+    let id = s.submit("redirected", "an ordinary post").await;
+    s.settled(&id).await;
+    let store = s.open_store().await;
+    gavel_tests::server::eventually("the deliveries to go dead", Duration::from_secs(20), async || {
+        let d = store.deliveries(true, 100).await.unwrap();
+        !d.is_empty() && d.iter().all(|d| d.status == DeliveryStatus::Dead)
+    })
+    .await;
+    let dead = store.deliveries(false, 100).await.unwrap();
+    assert!(
+        dead.iter().all(|d| d
+            .last_error
+            .as_deref()
+            .unwrap_or("")
+            .contains("redirects are not followed")),
+        "{dead:?}"
+    );
+    assert!(redirecting.requests() >= 2);
+    assert_eq!(target.requests(), 0, "the redirect was followed with the signed body");
+    stop(s).await;
+}
+
+/// During a rolling configuration change, a process that does not know an
+/// endpoint never claims that endpoint's deliveries (before, it claimed
+/// them and marked them dead): they wait for a process that knows it.
+async fn a_process_without_the_endpoint_leaves_its_deliveries(setup: Setup) {
+    let receiver = Receiver::start(SECRET, 31).await;
+    receiver.behaviour.status.store(503, Ordering::Relaxed);
+    let a = TestServer::start_with(setup, |c| {
+        c.webhooks.insert("platform".into(), webhook(&receiver.url));
+        c.delivery.retry_base_ms = 50;
+        c.delivery.retry_max_ms = 200;
+        c.delivery.max_attempts = 1_000;
+        c.delivery.poll_interval_ms = 20;
+    })
+    .await;
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        ids.push(a.submit(&format!("rolling-{i}"), "an ordinary post").await);
+    }
+    for id in &ids {
+        a.settled(id).await;
+    }
+    let store = a.open_store().await;
+    gavel_tests::server::eventually("deliveries to exist", Duration::from_secs(10), async || {
+        store.deliveries(true, 1000).await.unwrap().len() >= 20
+    })
+    .await;
+    // A second process on the same store and queue, without the endpoint.
+    let shared = a.config.clone();
+    let b = TestServer::start_with(setup, |c| {
+        c.database_url = shared.database_url.clone();
+        c.redis_url = shared.redis_url.clone();
+        c.redis_prefix = shared.redis_prefix.clone();
+        c.delivery.poll_interval_ms = 20;
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let deliveries = store.deliveries(true, 1000).await.unwrap();
+    assert!(
+        deliveries.iter().all(|d| d.status == DeliveryStatus::Pending),
+        "{deliveries:#?}"
+    );
+    // The endpoint recovers: the process that knows it delivers everything.
+    receiver.behaviour.status.store(0, Ordering::Relaxed);
+    gavel_tests::server::eventually("every delivery delivered", Duration::from_secs(20), async || {
+        store
+            .deliveries(true, 1000)
+            .await
+            .unwrap()
+            .iter()
+            .all(|d| d.status == DeliveryStatus::Delivered)
+    })
+    .await;
+    b.stop().await.unwrap();
+    a.stop().await.unwrap();
+}
+
+gavel_tests::both!(
     every_transition_is_delivered_once_in_order,
     broken_endpoints_dead_letter_and_replay,
     changes_feed_pages_without_gaps_while_committing,
+    a_process_without_the_endpoint_leaves_its_deliveries,
 );
+gavel_tests::matrix!([embedded_only: Embedded] redirects_are_never_followed);

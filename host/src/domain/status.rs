@@ -1,67 +1,53 @@
-//! The item state machine (ARCHITECTURE.md, "Item state machine"): the one
-//! transition table in code. The migration's CHECK constraint mirrors
-//! [`ItemStatus::ALL`]; status strings exist only here.
+//! The item state machine (docs/ARCHITECTURE.md, "Item state machine"):
+//! the one transition table in code. The migrations' CHECK constraints
+//! mirror [`ItemStatus::ALL`]; status strings exist only here.
 
-use serde::{Deserialize, Serialize};
-use std::fmt;
-use std::str::FromStr;
+use super::Verdict;
 
-/// Where an item is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ItemStatus {
-    /// Accepted by the API, not yet stored (only ever the `from` of the first transition).
-    Received,
-    /// Stored; waiting for the asynchronous rules.
-    PendingScan,
-    /// Shown on the platform.
-    Visible,
-    /// Hidden until a human decides.
-    HeldForReview,
-    /// Rejected.
-    Rejected,
-    /// A rule handed the item to an external classifier; waiting for its callback.
-    AwaitingProvider,
-    /// Deleted by its author or a moderator. Terminal.
-    Deleted,
+crate::string_enum! {
+    /// Where an item is in its life.
+    pub enum ItemStatus("item status") {
+        /// Accepted by the API, not yet stored (only ever the `from` of the first transition).
+        Received = "received",
+        /// Stored; waiting for the asynchronous rules.
+        PendingScan = "pending_scan",
+        /// Shown on the platform.
+        Visible = "visible",
+        /// Hidden until a human decides.
+        HeldForReview = "held_for_review",
+        /// Rejected.
+        Rejected = "rejected",
+        /// A rule handed the item to an external classifier; waiting for its callback.
+        AwaitingProvider = "awaiting_provider",
+        /// Deleted by its author or a moderator. Terminal.
+        Deleted = "deleted",
+    }
 }
 
-/// Who causes a transition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum Actor {
-    /// gavel itself: the submission path, timeouts.
-    System,
-    /// The automated rules (a worker's evaluation).
-    Rules,
-    /// An external classifier's callback.
-    Provider,
-    /// A human moderator. A moderator's decision is final for automation.
-    Moderator,
-    /// The item's author (deletion only).
-    Author,
+crate::string_enum! {
+    /// Who causes a transition.
+    pub enum Actor("actor") {
+        /// gavel itself: the submission path, timeouts.
+        System = "system",
+        /// The automated rules (a worker's evaluation).
+        Rules = "rules",
+        /// An external classifier's callback.
+        Provider = "provider",
+        /// A human moderator. A moderator's decision is final for automation.
+        Moderator = "moderator",
+        /// The item's author (deletion only).
+        Author = "author",
+    }
 }
 
 impl ItemStatus {
-    pub const ALL: [ItemStatus; 7] = [
-        ItemStatus::Received,
-        ItemStatus::PendingScan,
-        ItemStatus::Visible,
-        ItemStatus::HeldForReview,
-        ItemStatus::Rejected,
-        ItemStatus::AwaitingProvider,
-        ItemStatus::Deleted,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ItemStatus::Received => "received",
-            ItemStatus::PendingScan => "pending_scan",
-            ItemStatus::Visible => "visible",
-            ItemStatus::HeldForReview => "held_for_review",
-            ItemStatus::Rejected => "rejected",
-            ItemStatus::AwaitingProvider => "awaiting_provider",
-            ItemStatus::Deleted => "deleted",
+    /// The status an automated verdict settles an item in.
+    pub fn for_verdict(verdict: Verdict) -> ItemStatus {
+        match verdict {
+            Verdict::Allow | Verdict::Flag => ItemStatus::Visible,
+            Verdict::Defer => ItemStatus::AwaitingProvider,
+            Verdict::Hold => ItemStatus::HeldForReview,
+            Verdict::Reject => ItemStatus::Rejected,
         }
     }
 
@@ -83,24 +69,6 @@ impl ItemStatus {
 }
 
 impl Actor {
-    pub const ALL: [Actor; 5] = [
-        Actor::System,
-        Actor::Rules,
-        Actor::Provider,
-        Actor::Moderator,
-        Actor::Author,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Actor::System => "system",
-            Actor::Rules => "rules",
-            Actor::Provider => "provider",
-            Actor::Moderator => "moderator",
-            Actor::Author => "author",
-        }
-    }
-
     /// Automated actors never override a moderator's decision; the store's
     /// conditional update enforces this, not an `if` in the caller.
     pub fn is_automated(self) -> bool {
@@ -144,40 +112,6 @@ pub fn can_transition(from: ItemStatus, to: ItemStatus, actor: Actor) -> bool {
     }
 }
 
-impl fmt::Display for ItemStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl fmt::Display for Actor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for ItemStatus {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        ItemStatus::ALL
-            .into_iter()
-            .find(|v| v.as_str() == s)
-            .ok_or_else(|| format!("unknown status {s:?}"))
-    }
-}
-
-impl FromStr for Actor {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Actor::ALL
-            .into_iter()
-            .find(|v| v.as_str() == s)
-            .ok_or_else(|| format!("unknown actor {s:?}"))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,9 +141,9 @@ mod tests {
     #[test]
     fn transition_table_is_exhaustively_as_documented() {
         let mut allowed = 0;
-        for from in ItemStatus::ALL {
-            for to in ItemStatus::ALL {
-                for actor in Actor::ALL {
+        for &from in ItemStatus::ALL {
+            for &to in ItemStatus::ALL {
+                for &actor in Actor::ALL {
                     assert_eq!(
                         can_transition(from, to, actor),
                         expected(from, to, actor),
@@ -226,8 +160,8 @@ mod tests {
 
     #[test]
     fn deleted_is_terminal_and_received_is_never_a_target() {
-        for to in ItemStatus::ALL {
-            for actor in Actor::ALL {
+        for &to in ItemStatus::ALL {
+            for &actor in Actor::ALL {
                 assert!(!can_transition(Deleted, to, actor));
                 assert!(!can_transition(to, Received, actor));
             }
@@ -236,11 +170,36 @@ mod tests {
 
     #[test]
     fn strings_round_trip() {
-        for s in ItemStatus::ALL {
+        for &s in ItemStatus::ALL {
             assert_eq!(s.as_str().parse::<ItemStatus>(), Ok(s));
         }
-        for a in Actor::ALL {
+        for &a in Actor::ALL {
             assert_eq!(a.as_str().parse::<Actor>(), Ok(a));
         }
+    }
+
+    #[test]
+    fn verdicts_map_to_statuses() {
+        assert_eq!(ItemStatus::for_verdict(Verdict::Allow), Visible);
+        assert_eq!(ItemStatus::for_verdict(Verdict::Flag), Visible);
+        assert_eq!(ItemStatus::for_verdict(Verdict::Defer), AwaitingProvider);
+        assert_eq!(ItemStatus::for_verdict(Verdict::Hold), HeldForReview);
+        assert_eq!(ItemStatus::for_verdict(Verdict::Reject), Rejected);
+    }
+
+    #[test]
+    fn check_constraints_mirror_the_enums() {
+        let stored: Vec<&str> = ItemStatus::ALL
+            .iter()
+            .filter(|s| **s != Received)
+            .map(|s| s.as_str())
+            .collect();
+        crate::domain::check_constraints::assert_mirrors("items", "status", &stored);
+        crate::domain::check_constraints::assert_mirrors("transitions", "to_status", &stored);
+        let all: Vec<&str> = ItemStatus::ALL.iter().map(|s| s.as_str()).collect();
+        crate::domain::check_constraints::assert_mirrors("transitions", "from_status", &all);
+        let actors: Vec<&str> = Actor::ALL.iter().map(|a| a.as_str()).collect();
+        crate::domain::check_constraints::assert_mirrors("transitions", "actor", &actors);
+        crate::domain::check_constraints::assert_mirrors("items", "decided_by", &actors);
     }
 }

@@ -1,0 +1,442 @@
+//! `POST /v1/items` and `POST /v1/items/batch`: the submission path. The
+//! handler validates, claims the idempotency key, applies the rate limits
+//! and runs the sync-phase rules; the store decides the status inside the
+//! write's transaction (duplicate text, degraded mode, sync verdict) and
+//! completes the key there, group-committed with concurrent submissions.
+
+use super::AppState;
+use super::auth::Caller;
+use super::error::{ApiError, ErrorBody, Json};
+use super::idempotency::{ClaimedKey, claim_key, idempotency_key, request_hash};
+use super::validate;
+use crate::clock::now_ms;
+use crate::domain::policy::Cause;
+use crate::domain::{ItemStatus, Phase};
+use crate::fingerprint::fingerprint;
+use crate::judge::{judge, snapshot_of};
+use crate::store::{CreateOutcome, DuplicateRule, Item, ItemWrite, NewItem, SnapshotData, StoreResult};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use tracing::Instrument;
+use utoipa::ToSchema;
+
+/// A submission.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitRequest {
+    /// The platform's own id; unique per client when given.
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 256)]
+    pub external_id: Option<String>,
+    /// `post`, `comment`, `profile`, ...
+    #[schema(min_length = 1, max_length = 64)]
+    pub kind: String,
+    /// The author's id on the platform.
+    #[schema(min_length = 1, max_length = 256)]
+    pub author: String,
+    /// The content.
+    #[schema(max_length = 65536)]
+    pub text: String,
+    /// Free-form facts passed to rules as string pairs.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub context: Option<BTreeMap<String, serde_json::Value>>,
+}
+
+/// An accepted submission.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SubmitResponse {
+    pub id: String,
+    /// `pending_scan`, or already `held_for_review` / `rejected` when a
+    /// sync-phase rule, the duplicate check or the author's standing decided.
+    pub status: ItemStatus,
+    pub version: i64,
+}
+
+/// The stored (and first) response body of an accepted submission.
+fn submit_body(item: &Item) -> String {
+    serde_json::to_string(&SubmitResponse {
+        id: item.id.clone(),
+        status: item.status,
+        version: item.version,
+    })
+    .expect("the response serializes")
+}
+
+/// Refuses a submission that could not be stored as it is.
+pub(super) fn validate_submission(req: &SubmitRequest, max_text_bytes: usize) -> Result<(), ApiError> {
+    if let Some(ext) = &req.external_id {
+        validate::identifier("external_id", ext, 256)?;
+    }
+    validate::identifier("kind", &req.kind, 64)?;
+    validate::identifier("author", &req.author, 256)?;
+    validate::text("text", &req.text, max_text_bytes)?;
+    if let Some(context) = &req.context {
+        for (k, v) in context {
+            validate::text("context", k, 256)?;
+            validate::json(&format!("context.{k}"), v)?;
+        }
+    }
+    Ok(())
+}
+
+/// A submission ready to store, and the key it holds.
+pub(super) struct Prepared {
+    pub write: ItemWrite,
+    pub key: Option<ClaimedKey>,
+}
+
+/// Everything before the write: validation, the key claim, the rate limits,
+/// the sync rules. `Err` is the answer to send instead (a replay, a
+/// conflict, a refusal).
+pub(super) async fn prepare(
+    state: &AppState,
+    caller: &Caller,
+    req: SubmitRequest,
+    key: Option<String>,
+    correlation_id: String,
+) -> Result<Prepared, Response> {
+    let ingest = &state.config.ingest;
+    validate_submission(&req, ingest.max_text_bytes).map_err(IntoResponse::into_response)?;
+    super::rate_limited(&state.client_limiter, &caller.name).map_err(IntoResponse::into_response)?;
+    let key = match key {
+        Some(key) => Some(claim_key(state, "items", &caller.name, &key, request_hash("POST /v1/items", &req)).await?),
+        None => None,
+    };
+    // After the key claim: retries of one submission are not an author posting more.
+    if let Err(e) = state.author_limiter.check(&caller.name, &req.author) {
+        if let Some(k) = &key {
+            k.release(state).await;
+        }
+        return Err(e.into_response());
+    }
+    let now = now_ms();
+    let item = NewItem {
+        id: uuid::Uuid::now_v7().to_string(),
+        client: caller.name.clone(),
+        external_id: req.external_id.clone(),
+        kind: req.kind.clone(),
+        author: req.author.clone(),
+        fingerprint: fingerprint(&req.text),
+        body: req.text,
+        context: serde_json::to_string(&req.context.unwrap_or_default()).expect("a JSON map serializes"),
+        correlation_id,
+        now,
+    };
+    let (sync_verdict, sync_reason, decisions) = sync_rules(state, &item).await;
+    let degraded = state.metrics.queue_lag_seconds.get() * 1000.0 > state.config.evaluation.degraded_lag_ms as f64;
+    let write = ItemWrite {
+        item,
+        sync_verdict,
+        sync_reason,
+        decisions,
+        degraded,
+        duplicates: DuplicateRule {
+            window_ms: ingest.duplicate_window_ms,
+            hold_at: ingest.duplicate_hold_at,
+        },
+        key: key.as_ref().map(|k| k.completion(StatusCode::ACCEPTED)),
+        respond: submit_body,
+    };
+    Ok(Prepared { write, key })
+}
+
+/// The sync-phase rules, inline under their tight deadline. When the host
+/// is too busy to run them in time, the item is stored without them: the
+/// asynchronous rules judge it (a host failure never becomes a verdict).
+async fn sync_rules(
+    state: &AppState,
+    item: &NewItem,
+) -> (Option<crate::domain::Verdict>, String, Vec<crate::store::NewDecision>) {
+    let registry = state.registry.clone();
+    if !registry.plugins().iter().any(|p| p.runs_in(Phase::Sync)) {
+        return (None, String::new(), Vec::new());
+    }
+    let data = SnapshotData {
+        item: Item {
+            id: item.id.clone(),
+            client: item.client.clone(),
+            external_id: item.external_id.clone(),
+            kind: item.kind.clone(),
+            author: item.author.clone(),
+            body: item.body.clone(),
+            context: item.context.clone(),
+            fingerprint: item.fingerprint.clone(),
+            status: ItemStatus::Received,
+            version: 1,
+            decided_by: None,
+            sync_verdict: None,
+            needs_eval_since: None,
+            event_seq: 0,
+            evaluated_seq: 0,
+            content_version: 1,
+            created_at: item.now,
+            updated_at: item.now,
+        },
+        counters: Vec::new(),
+        author_recent_items: 0,
+        author_rejected_items: 0,
+        author_held_items: 0,
+        duplicate_count: 0,
+        trigger: Vec::new(),
+        provider_answers: Vec::new(),
+        waiting_on: None,
+    };
+    let (metrics, fail_closed, now) = (state.metrics.clone(), state.config.evaluation.fail_closed, item.now);
+    let start_by = std::time::Instant::now() + registry.engine().limits().sync_deadline;
+    let judged = state
+        .pool
+        .run_before(Some(start_by), move || {
+            let max = registry.engine().limits().max_snapshot_bytes;
+            let mut snapshot = snapshot_of(&data, Phase::Sync, now, max);
+            judge(&registry, &mut snapshot, Phase::Sync, fail_closed, &metrics)
+        })
+        .await
+        .and_then(|j| j);
+    match judged {
+        Ok(j) => (j.verdict, j.reason(), j.decisions(Phase::Sync, true)),
+        Err(e) => {
+            state
+                .metrics
+                .host_errors
+                .get_or_create(&crate::metrics::KindLabel { kind: "sync_phase" })
+                .inc();
+            tracing::warn!(item = %item.id, error = %e, "sync rules skipped: the host is overloaded; the async rules judge it");
+            (None, String::new(), Vec::new())
+        }
+    }
+}
+
+/// Everything after the write: the answer, the schedule, the metrics.
+pub(super) async fn finish(
+    state: &AppState,
+    req_external_id: Option<&str>,
+    key: Option<ClaimedKey>,
+    outcome: StoreResult<CreateOutcome>,
+) -> Result<Response, ApiError> {
+    let outcome = match outcome {
+        Ok(o) => o,
+        Err(e) => {
+            if let Some(k) = &key {
+                k.release(state).await;
+            }
+            return Err(e.into());
+        }
+    };
+    match outcome {
+        CreateOutcome::Created { item, cause } => {
+            if item.needs_eval_since.is_some() {
+                state.scheduler.schedule(&item.id, "submit").await;
+            }
+            if cause == Cause::DuplicateText {
+                state.metrics.fingerprint_duplicates.inc();
+            }
+            tracing::info!(item = %item.id, status = %item.status, %cause, "item accepted");
+            let mut response = super::json_response(StatusCode::ACCEPTED, submit_body(&item));
+            // For the submission-outcome metric.
+            response.extensions_mut().insert(item.status);
+            Ok(response)
+        }
+        CreateOutcome::DuplicateExternalId { existing_id } => Err(ApiError::conflict(
+            "duplicate_external_id",
+            format!(
+                "this client already submitted external_id {:?} as item {existing_id}",
+                req_external_id.unwrap_or("")
+            ),
+        )),
+        CreateOutcome::KeyLost => Err(ApiError::conflict(
+            "idempotency_key_taken_over",
+            "this request held its Idempotency-Key past the lock time and a retry took it over; the retry's result stands",
+        )),
+    }
+}
+
+/// Submit content.
+#[utoipa::path(
+    post, path = "/v1/items", tag = "items",
+    request_body = SubmitRequest,
+    params(("Idempotency-Key" = Option<String>, Header, description = "1-255 printable ASCII; scoped to the token; kept 24 h")),
+    responses(
+        (status = 202, body = SubmitResponse, description = "Accepted (or the replay of the first response for a repeated key)"),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 429, body = ErrorBody), (status = 503, body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn submit(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    Json(req): Json<SubmitRequest>,
+) -> Result<Response, ApiError> {
+    let key = idempotency_key(&headers)?;
+    let correlation_id = super::request_id(&headers);
+    let span = tracing::info_span!(
+        "item.submit",
+        client = %caller.name,
+        idempotency_key = key.as_deref().unwrap_or(""),
+        request_id = %correlation_id
+    );
+    let result = async {
+        let external_id = req.external_id.clone();
+        let prepared = match prepare(&state, &caller, req, key, correlation_id).await {
+            Ok(p) => p,
+            Err(answer) => return Ok(answer),
+        };
+        let outcome = state.writes.create_item(prepared.write).await;
+        finish(&state, external_id.as_deref(), prepared.key, outcome).await
+    }
+    .instrument(span)
+    .await;
+    state.metrics.submission(submission_outcome(&result));
+    result
+}
+
+/// Up to this many submissions in one batch request.
+pub const MAX_BATCH_ITEMS: usize = 1000;
+
+/// A batch of submissions.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitBatch {
+    #[schema(min_items = 1, max_items = 1000)]
+    pub items: Vec<BatchSubmission>,
+}
+
+/// One submission of a batch, with its own optional idempotency key.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BatchSubmission {
+    /// Like the `Idempotency-Key` header of a single submission.
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 255)]
+    pub idempotency_key: Option<String>,
+    #[serde(flatten)]
+    pub item: SubmitRequest,
+}
+
+/// The answer to one entry of a batch: what the single request would have got.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchResult {
+    /// 202, or the 4xx/503 of a refused entry.
+    pub status: u16,
+    /// The single request's body: a [`SubmitResponse`] or an error.
+    #[schema(value_type = Object)]
+    pub body: serde_json::Value,
+}
+
+/// The answers to a batch, in the order of its entries.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchResults {
+    pub results: Vec<BatchResult>,
+}
+
+/// Turns an answer into a batch entry's result.
+pub(super) async fn batch_result(response: Response) -> BatchResult {
+    let status = response.status().as_u16();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap_or_default();
+    BatchResult {
+        status,
+        body: serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+    }
+}
+
+/// Submit up to 1,000 items at once. Each entry is judged and stored as a
+/// single submission would be, with its own idempotency key and its own
+/// answer (202, 409, 422, 429, ...): one refused entry never fails the
+/// others. The entries share store transactions (group commit).
+#[utoipa::path(
+    post, path = "/v1/items/batch", tag = "items",
+    request_body = SubmitBatch,
+    responses(
+        (status = 200, body = BatchResults, description = "One result per entry, in order"),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 415, body = ErrorBody), (status = 422, body = ErrorBody), (status = 503, body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn submit_batch(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    Json(batch): Json<SubmitBatch>,
+) -> Result<Json<BatchResults>, ApiError> {
+    if batch.items.is_empty() || batch.items.len() > MAX_BATCH_ITEMS {
+        return Err(ApiError::bad_request(
+            "invalid_body",
+            format!("`items` must hold 1-{MAX_BATCH_ITEMS} submissions"),
+        ));
+    }
+    let correlation_id = super::request_id(&headers);
+    let span = tracing::info_span!("item.submit_batch", client = %caller.name, items = batch.items.len(), request_id = %correlation_id);
+    async {
+        let mut prepared = Vec::with_capacity(batch.items.len());
+        let mut answers: Vec<Option<Response>> = Vec::with_capacity(batch.items.len());
+        for (i, entry) in batch.items.into_iter().enumerate() {
+            let key = match entry
+                .idempotency_key
+                .as_deref()
+                .map(super::idempotency::validate_key)
+                .transpose()
+            {
+                Ok(k) => k,
+                Err(e) => {
+                    answers.push(Some(e.into_response()));
+                    continue;
+                }
+            };
+            let external_id = entry.item.external_id.clone();
+            match prepare(&state, &caller, entry.item, key, format!("{correlation_id}#{i}")).await {
+                Ok(p) => {
+                    prepared.push((i, external_id, p));
+                    answers.push(None);
+                }
+                Err(answer) => answers.push(Some(answer)),
+            }
+        }
+        let (meta, writes): (Vec<_>, Vec<_>) = prepared
+            .into_iter()
+            .map(|(i, ext, p)| ((i, ext, p.key), p.write))
+            .unzip();
+        let outcomes = state.writes.create_items(writes).await;
+        for ((i, ext, key), outcome) in meta.into_iter().zip(outcomes) {
+            let result = finish(&state, ext.as_deref(), key, outcome).await;
+            state.metrics.submission(submission_outcome(&result));
+            answers[i] = Some(result.unwrap_or_else(IntoResponse::into_response));
+        }
+        let mut results = Vec::with_capacity(answers.len());
+        for answer in answers {
+            results.push(batch_result(answer.expect("every entry answered")).await);
+        }
+        Ok(Json(BatchResults { results }))
+    }
+    .instrument(span)
+    .await
+}
+
+/// The `outcome` label of a submission's answer.
+pub(super) fn submission_outcome(result: &Result<Response, ApiError>) -> &'static str {
+    match result {
+        Ok(r) if r.headers().contains_key("idempotent-replayed") => "replayed",
+        Ok(r) => match r.extensions().get::<ItemStatus>() {
+            Some(ItemStatus::Rejected) => "rejected_sync",
+            Some(ItemStatus::HeldForReview) => "held_sync",
+            _ if r.status() == StatusCode::CONFLICT => "conflict",
+            _ if r.status() == StatusCode::UNPROCESSABLE_ENTITY => "key_mismatch",
+            _ if r.status() == StatusCode::TOO_MANY_REQUESTS => "rate_limited",
+            _ if r.status().is_client_error() => "invalid",
+            _ => "accepted",
+        },
+        Err(e) if e.code == "idempotency_key_taken_over" => "key_lost",
+        Err(e) if e.status == StatusCode::TOO_MANY_REQUESTS => "rate_limited",
+        Err(e) if e.status == StatusCode::CONFLICT => "conflict",
+        Err(e) if e.status == StatusCode::SERVICE_UNAVAILABLE => "unavailable",
+        Err(_) => "invalid",
+    }
+}

@@ -1,0 +1,97 @@
+//! Checks on every string a request stores, so the database never sees a
+//! value it refuses (PostgreSQL refuses NUL in text) and no stored string
+//! carries invisible control characters. Each failure names its field; a
+//! bad entry is refused alone, before it reaches a shared transaction.
+
+use super::ApiError;
+
+/// An identifier (`author`, `kind`, `actor`, `external_id`, path ids):
+/// 1-`max` bytes, not blank, no control characters but tab and newline.
+pub fn identifier(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
+    if value.trim().is_empty() {
+        return Err(invalid(field, "must not be empty"));
+    }
+    if value.len() > max {
+        return Err(invalid(
+            field,
+            &format!("is {} bytes, over the limit of {max}", value.len()),
+        ));
+    }
+    if let Some(c) = value.chars().find(|c| c.is_control() && *c != '\t' && *c != '\n') {
+        return Err(invalid(
+            field,
+            &format!("contains the control character U+{:04X}", c as u32),
+        ));
+    }
+    Ok(())
+}
+
+/// Free text (`text`, `reason`): at most `max` bytes, no NUL.
+pub fn text(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
+    if value.len() > max {
+        return Err(invalid(
+            field,
+            &format!("is {} bytes, over the limit of {max}", value.len()),
+        ));
+    }
+    if value.contains('\0') {
+        return Err(invalid(field, "contains a NUL character"));
+    }
+    Ok(())
+}
+
+/// Every key and string inside a JSON value: no NUL.
+pub fn json(field: &str, value: &serde_json::Value) -> Result<(), ApiError> {
+    match value {
+        serde_json::Value::String(s) => text(field, s, usize::MAX),
+        serde_json::Value::Array(items) => items.iter().try_for_each(|v| json(field, v)),
+        serde_json::Value::Object(map) => map.iter().try_for_each(|(k, v)| {
+            text(&format!("{field}.{k}"), k, usize::MAX)?;
+            json(&format!("{field}.{k}"), v)
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// A path segment naming a stored thing (an item id, a provider): refused
+/// as malformed when it could not name one.
+pub fn path_id(field: &str, value: &str) -> Result<(), ApiError> {
+    identifier(field, value, 256).map_err(|e| ApiError::bad_request("invalid_path", e.message))
+}
+
+fn invalid(field: &str, why: &str) -> ApiError {
+    ApiError::bad_request("invalid_body", format!("`{field}` {why}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifiers_refuse_control_characters_but_tab_and_newline() {
+        assert!(identifier("author", "alice", 256).is_ok());
+        assert!(identifier("author", "a\tb\nc", 256).is_ok());
+        for bad in ["", "   ", "a\0b", "a\u{7}b", "a\rb", "a\u{9b}b"] {
+            let e = identifier("author", bad, 256).unwrap_err();
+            assert_eq!(e.status, 400, "{bad:?}");
+            assert!(e.message.contains("`author`"), "{}", e.message);
+        }
+        assert!(identifier("author", &"a".repeat(257), 256).is_err());
+    }
+
+    #[test]
+    fn text_refuses_only_nul_and_length() {
+        assert!(text("text", "bell \u{7} and\r\nnewlines", 100).is_ok());
+        assert!(text("text", "", 100).is_ok());
+        assert!(text("text", "nul\0", 100).unwrap_err().message.contains("NUL"));
+        assert!(text("text", "long", 3).is_err());
+    }
+
+    #[test]
+    fn json_checks_nested_keys_and_strings() {
+        assert!(json("context", &serde_json::json!({"a": ["x", {"b": 1}]})).is_ok());
+        let e = json("context", &serde_json::json!({"a": [{"b": "x\u{0}"}]})).unwrap_err();
+        assert!(e.message.contains("`context.a.b`"), "{}", e.message);
+        assert!(json("context", &serde_json::json!({"k\u{0}": 1})).is_err());
+    }
+}

@@ -1,0 +1,141 @@
+//! The few things SQLite and PostgreSQL do differently, behind one trait;
+//! everything else is one SQL text. Also the helpers every capability uses
+//! to build multi-row statements and to retry conflicting transactions.
+
+use super::StoreResult;
+use sqlx::{Database, Pool, Transaction};
+
+/// A backend's pools, transactions and SQL fragments.
+pub(super) trait Dialect: Send + Sync + 'static {
+    type DB: Database;
+    /// Appended to SELECTs that claim work: `FOR UPDATE SKIP LOCKED` on
+    /// PostgreSQL, nothing on SQLite (one writer).
+    const SKIP_LOCKED: &'static str;
+    /// Appended to SELECTs that must wait for a row: `FOR UPDATE` on
+    /// PostgreSQL, nothing on SQLite.
+    const FOR_UPDATE: &'static str;
+    /// The changes feed's extra condition (see the outbox migration).
+    const FEED_HORIZON: &'static str;
+    /// The database's own clock, in milliseconds since the epoch: leases
+    /// that several API nodes compare are taken from one clock.
+    const NOW_MS: &'static str;
+
+    fn read_pool(&self) -> &Pool<Self::DB>;
+
+    /// A write transaction (SQLite: `BEGIN IMMEDIATE`, taking the one write
+    /// lock at once instead of failing on upgrade).
+    async fn begin_write(&self) -> StoreResult<Transaction<'_, Self::DB>>;
+
+    /// A read-only transaction that sees one consistent view (PostgreSQL:
+    /// `REPEATABLE READ READ ONLY`; SQLite: a WAL read transaction).
+    async fn begin_snapshot(&self) -> StoreResult<Transaction<'_, Self::DB>>;
+}
+
+/// Re-runs `$body` (an async block returning `StoreResult`) while it fails
+/// with a serialization failure or a deadlock, a few times with a short
+/// jittered pause: the database rolled the whole transaction back, so
+/// running it again is safe.
+macro_rules! retry_conflicts {
+    ($body:expr) => {{
+        let mut attempt = 0u32;
+        loop {
+            let result: $crate::store::StoreResult<_> = $body.await;
+            match result {
+                Err(e) if e.is_conflict() && attempt < 8 => {
+                    attempt += 1;
+                    let wait = $crate::retry::backoff_ms(attempt, 5, 200) as u64;
+                    tracing::debug!(error = %e, attempt, "transaction conflict; retrying");
+                    tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
+                }
+                other => break other,
+            }
+        }
+    }};
+}
+pub(super) use retry_conflicts;
+
+/// The row counts a multi-row statement is issued with: a batch of `n`
+/// rows goes out as chunks of 256, 64, 16, 4 and 1 rows (largest first),
+/// so each table needs at most five statement texts in the prepared
+/// statement cache, whatever the batch size, and no chunk passes either
+/// database's parameter limit.
+pub(super) fn chunk_sizes(mut n: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    for size in [256, 64, 16, 4, 1] {
+        while n >= size {
+            out.push(size);
+            n -= size;
+        }
+    }
+    out
+}
+
+/// `(rows)` tuples of `columns` placeholders each, numbered from `$1`:
+/// `($1, $2), ($3, $4)` for 2 × 2.
+pub(super) fn values(rows: usize, columns: usize) -> String {
+    let mut sql = String::with_capacity(rows * columns * 5);
+    for r in 0..rows {
+        if r > 0 {
+            sql.push_str(", ");
+        }
+        sql.push('(');
+        for c in 0..columns {
+            if c > 0 {
+                sql.push_str(", ");
+            }
+            sql.push('$');
+            sql.push_str(&(r * columns + c + 1).to_string());
+        }
+        sql.push(')');
+    }
+    sql
+}
+
+/// `$from, $from+1, ... ` for `n` placeholders (an `IN (...)` list).
+pub(super) fn placeholders(from: usize, n: usize) -> String {
+    (from..from + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
+}
+
+/// A cache of multi-row statement texts, one per (name, chunk size).
+pub(super) struct Statements {
+    texts: std::sync::Mutex<std::collections::BTreeMap<(&'static str, usize), &'static str>>,
+}
+
+impl Statements {
+    pub(super) const fn new() -> Self {
+        Statements {
+            texts: std::sync::Mutex::new(std::collections::BTreeMap::new()),
+        }
+    }
+
+    /// The text `build(rows)` for statement `name`, built once and kept for
+    /// the life of the process (at most five sizes per statement).
+    pub(super) fn get(&self, name: &'static str, rows: usize, build: impl FnOnce(usize) -> String) -> &'static str {
+        let mut texts = self.texts.lock().expect("statement cache lock");
+        texts
+            .entry((name, rows))
+            .or_insert_with(|| Box::leak(build(rows).into_boxed_str()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_the_batch_with_few_sizes() {
+        assert_eq!(chunk_sizes(0), Vec::<usize>::new());
+        assert_eq!(chunk_sizes(1), vec![1]);
+        assert_eq!(chunk_sizes(21), vec![16, 4, 1]);
+        assert_eq!(chunk_sizes(300), vec![256, 16, 16, 4, 4, 4]);
+        for n in 0..1000 {
+            assert_eq!(chunk_sizes(n).iter().sum::<usize>(), n);
+        }
+    }
+
+    #[test]
+    fn values_and_placeholders_number_from_one() {
+        assert_eq!(values(2, 2), "($1, $2), ($3, $4)");
+        assert_eq!(placeholders(3, 3), "$3, $4, $5");
+    }
+}

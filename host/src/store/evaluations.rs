@@ -1,0 +1,538 @@
+//! Evaluations: the snapshots rules judge (read together for a claimed
+//! batch, in one consistent view), the fenced commit of what they decided,
+//! and the dead letters of evaluations that failed in the host.
+//!
+//! The fence: a commit names the snapshot it judged (item version and event
+//! sequence). It applies only while the item is still at that version and
+//! no newer snapshot's evaluation has committed (`evaluated_seq <= seq`),
+//! whether it changes the status or only records decisions; anything else
+//! is `Stale`, writes nothing, and the worker judges the item again.
+
+use super::{Item, NewDecision, StoreResult};
+use crate::clock::Millis;
+use crate::domain::{ItemStatus, Verdict};
+use serde::Serialize;
+
+/// What a provider already said about an item's current content.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderAnswerRecord {
+    pub provider: String,
+    pub verdict: Verdict,
+    pub score: f64,
+    pub labels: Vec<String>,
+    pub reason: String,
+    pub answered_at: Millis,
+}
+
+/// Everything a rule's snapshot is built from, read in one consistent view.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SnapshotData {
+    pub item: Item,
+    pub counters: Vec<(String, i64)>,
+    /// Other items by this author (same client) created within the author window.
+    pub author_recent_items: i64,
+    /// Other items by this author currently rejected / held.
+    pub author_rejected_items: i64,
+    pub author_held_items: i64,
+    /// Other items by this author with the same normalised text in the window.
+    pub duplicate_count: i64,
+    /// Events since the last evaluation: (kind, actor, at), oldest first, at most 64.
+    pub trigger: Vec<(String, String, Millis)>,
+    /// Answers providers gave for the current content.
+    pub provider_answers: Vec<ProviderAnswerRecord>,
+    /// The provider of the outstanding request for the current content.
+    pub waiting_on: Option<String>,
+}
+
+/// The windows a snapshot counts in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotWindows {
+    /// `author.recent-items` counts items created since.
+    pub author_since: Millis,
+    /// `duplicate-count` counts items created since.
+    pub duplicate_since: Millis,
+}
+
+/// A hand-off to a provider, stored with the transition that starts the wait.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Handoff {
+    pub provider: String,
+    /// When the item goes to `held_for_review` if the provider never answers.
+    pub deadline_at: Millis,
+}
+
+/// The idempotency key of a provider request: stable for one logical
+/// operation (the item at the version its wait started, and the provider).
+pub fn provider_request_key(item_id: &str, version: i64, provider: &str) -> String {
+    format!("{item_id}:{version}:{provider}")
+}
+
+/// The result of an evaluation, to commit in one transaction.
+#[derive(Debug, Clone)]
+pub struct EvaluationCommit {
+    pub item_id: String,
+    /// The item version the snapshot was read at.
+    pub snapshot_version: i64,
+    /// `event_seq` the snapshot saw; a later event keeps the item scheduled,
+    /// and a commit of an older snapshot than the last one committed is refused.
+    pub snapshot_event_seq: i64,
+    pub from: ItemStatus,
+    /// The status to move to, `None` to leave the status as it is.
+    pub to: Option<ItemStatus>,
+    pub decisions: Vec<NewDecision>,
+    pub reason: String,
+    pub correlation_id: String,
+    pub now: Millis,
+    /// With `to = awaiting_provider`: the request to store with the
+    /// transition (it supersedes the item's outstanding one).
+    pub handoff: Option<Handoff>,
+}
+
+/// What committing an evaluation did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitOutcome {
+    /// Decisions recorded and the status changed to the new version.
+    Transitioned { version: i64 },
+    /// Decisions recorded; the status stays (same verdict, or a moderator
+    /// decided: then the decisions are recorded with `applied = false`).
+    Recorded,
+    /// The item moved on since the snapshot: nothing written; evaluate again.
+    Stale,
+}
+
+/// An evaluation that failed in the host past its retry budget.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct DeadLetter {
+    pub id: i64,
+    pub item_id: String,
+    pub attempts: i64,
+    pub last_error: String,
+    pub failed_at: Millis,
+    pub replayed_at: Option<Millis>,
+}
+
+/// Snapshots, fenced commits, the pending list and dead letters.
+#[async_trait::async_trait]
+pub trait Evaluations: Send + Sync {
+    /// The snapshots of `ids` (unknown ids are left out), read together in
+    /// one consistent view: a handful of queries for the whole batch.
+    async fn snapshots(&self, ids: &[&str], windows: SnapshotWindows) -> StoreResult<Vec<SnapshotData>>;
+
+    /// Commits each evaluation in one transaction, each fenced on its own
+    /// (see the module doc). A stale commit is an outcome; any error rolls
+    /// the whole batch back.
+    async fn commit_evaluations(&self, batch: &[EvaluationCommit]) -> StoreResult<Vec<CommitOutcome>>;
+
+    /// Items waiting for evaluation since before `before`, oldest first.
+    async fn pending_evaluations(&self, before: Millis, limit: i64) -> StoreResult<Vec<String>>;
+
+    /// Records that evaluating `item_id` failed in the host `attempts` times;
+    /// `false` if it already has an open dead letter. The item leaves the
+    /// reconciler's view until the dead letter is replayed.
+    async fn dead_letter(&self, item_id: &str, attempts: i64, last_error: &str, now: Millis) -> StoreResult<bool>;
+
+    /// Dead letters, newest first; open ones only unless `all`.
+    async fn dead_letters(&self, all: bool, limit: i64) -> StoreResult<Vec<DeadLetter>>;
+
+    /// Marks a dead letter replayed (and its item pending) and returns the
+    /// item, which the caller queues; `None` if unknown or already replayed.
+    async fn replay_dead_letter(&self, id: i64, now: Millis) -> StoreResult<Option<String>>;
+}
+
+/// Splits a batch into rounds in which each item appears at most once (a
+/// multi-row `UPDATE ... FROM` updates a row at most once), keeping order.
+pub(super) fn rounds(items: &[&str]) -> Vec<Vec<usize>> {
+    let mut rounds: Vec<Vec<usize>> = Vec::new();
+    let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (i, item) in items.iter().enumerate() {
+        let round = seen.entry(item).and_modify(|r| *r += 1).or_insert(0);
+        if rounds.len() <= *round {
+            rounds.push(Vec::new());
+        }
+        rounds[*round].push(i);
+    }
+    rounds
+}
+
+/// Instantiates [`Evaluations`] for one backend.
+macro_rules! impl_evaluations {
+    ($store:ty, $db:ty, $row:ty) => {
+        const _: () = {
+            use sqlx::Row as _;
+            use std::collections::HashMap;
+            use $crate::clock::Millis;
+            use $crate::domain::policy::Cause;
+            use $crate::domain::{Actor, ItemStatus, ProviderRequestStatus};
+            use $crate::store::dialect::{Dialect, Statements, chunk_sizes, placeholders, retry_conflicts, values};
+            use $crate::store::evaluations::rounds;
+            use $crate::store::rows;
+            use $crate::store::shared::NewTransition;
+            use $crate::store::*;
+
+            static STATEMENTS: Statements = Statements::new();
+
+            /// `sql` with `IN (LIST)` replaced by `n` placeholders from `$1`.
+            fn in_list(name: &'static str, n: usize, sql: &'static str) -> &'static str {
+                STATEMENTS.get(name, n, |n| sql.replace("LIST", &placeholders(1, n)))
+            }
+
+            async fn read_batch(tx: &mut txn::Tx<'_>, ids: &[&str], w: SnapshotWindows) -> StoreResult<Vec<SnapshotData>> {
+                let items = txn::read_items(&mut **tx, ids).await?;
+                if items.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let ids: Vec<&str> = items.iter().map(|i| i.id.as_str()).collect();
+                let bind_ids = |sql: &'static str| {
+                    let mut q = sqlx::query(sql);
+                    for id in &ids {
+                        q = q.bind(*id);
+                    }
+                    q
+                };
+                let mut counters: HashMap<String, Vec<(String, i64)>> = HashMap::new();
+                let sql = in_list("counters", ids.len(), "SELECT item_id, name, value FROM counters WHERE item_id IN (LIST) ORDER BY item_id, name");
+                for r in bind_ids(sql).fetch_all(&mut **tx).await? {
+                    counters.entry(r.try_get("item_id")?).or_default().push((r.try_get("name")?, r.try_get("value")?));
+                }
+                let sql = in_list(
+                    "trigger",
+                    ids.len(),
+                    "SELECT item_id, kind, actor, created_at FROM (SELECT e.item_id, e.kind, e.actor, e.created_at, \
+                     e.seq, ROW_NUMBER() OVER (PARTITION BY e.item_id ORDER BY e.seq DESC) AS r FROM events e \
+                     JOIN items i ON i.id = e.item_id WHERE e.item_id IN (LIST) AND e.seq > i.evaluated_seq) t \
+                     WHERE r <= 64 ORDER BY item_id, seq",
+                );
+                let mut trigger: HashMap<String, Vec<(String, String, Millis)>> = HashMap::new();
+                for r in bind_ids(sql).fetch_all(&mut **tx).await? {
+                    trigger.entry(r.try_get("item_id")?).or_default().push((
+                        r.try_get("kind")?,
+                        r.try_get("actor")?,
+                        r.try_get("created_at")?,
+                    ));
+                }
+                let sql = in_list(
+                    "provider_state",
+                    ids.len(),
+                    "SELECT r.item_id, r.provider, r.status, r.answer_verdict, r.answer_score, r.answer_labels, \
+                     r.answer_reason, r.answered_at FROM provider_requests r JOIN items i ON i.id = r.item_id \
+                     AND r.content_version = i.content_version WHERE r.item_id IN (LIST) \
+                     AND r.status IN ('answered', 'pending', 'sent') ORDER BY r.created_at",
+                );
+                let mut answers: HashMap<String, Vec<ProviderAnswerRecord>> = HashMap::new();
+                let mut waiting: HashMap<String, String> = HashMap::new();
+                for r in bind_ids(sql).fetch_all(&mut **tx).await? {
+                    let item: String = r.try_get("item_id")?;
+                    let status: ProviderRequestStatus = rows::parse(r.try_get::<&str, _>("status")?)?;
+                    if status.is_active() {
+                        waiting.insert(item, r.try_get("provider")?);
+                    } else if let Some(verdict) = rows::parse_opt(r.try_get::<Option<&str>, _>("answer_verdict")?)? {
+                        answers.entry(item).or_default().push(ProviderAnswerRecord {
+                            provider: r.try_get("provider")?,
+                            verdict,
+                            score: r.try_get::<Option<f64>, _>("answer_score")?.unwrap_or(0.0),
+                            labels: rows::labels(r.try_get::<Option<&str>, _>("answer_labels")?.unwrap_or("[]"))?,
+                            reason: r.try_get::<Option<String>, _>("answer_reason")?.unwrap_or_default(),
+                            answered_at: r.try_get::<Option<i64>, _>("answered_at")?.unwrap_or(0),
+                        });
+                    }
+                }
+                // Author figures per (client, author), then each item's own
+                // contribution taken out.
+                let mut authors: Vec<(&str, &str)> = items.iter().map(|i| (i.client.as_str(), i.author.as_str())).collect();
+                authors.sort_unstable();
+                authors.dedup();
+                let mut by_author: HashMap<(String, String), (i64, i64, i64)> = HashMap::new();
+                for chunk in authors.chunks(256) {
+                    let sql = STATEMENTS.get("author_figures", chunk.len(), |n| {
+                        format!(
+                            "WITH v (client, author, since) AS (VALUES {}) SELECT v.client, v.author, \
+                             COALESCE(SUM(CASE WHEN i.created_at >= v.since THEN 1 ELSE 0 END), 0) AS recent, \
+                             COALESCE(SUM(CASE WHEN i.status = 'rejected' THEN 1 ELSE 0 END), 0) AS rejected, \
+                             COALESCE(SUM(CASE WHEN i.status = 'held_for_review' THEN 1 ELSE 0 END), 0) AS held \
+                             FROM v LEFT JOIN items i ON i.client = v.client AND i.author = v.author \
+                             GROUP BY v.client, v.author",
+                            values(n, 3)
+                        )
+                    });
+                    let mut q = sqlx::query(sql);
+                    for (client, author) in chunk {
+                        q = q.bind(*client).bind(*author).bind(w.author_since);
+                    }
+                    for r in q.fetch_all(&mut **tx).await? {
+                        by_author.insert(
+                            (r.try_get("client")?, r.try_get("author")?),
+                            (r.try_get("recent")?, r.try_get("rejected")?, r.try_get("held")?),
+                        );
+                    }
+                }
+                let mut duplicates: HashMap<String, i64> = HashMap::new();
+                for chunk in items.chunks(256) {
+                    let sql = STATEMENTS.get("snapshot_duplicates", chunk.len(), |n| {
+                        format!(
+                            "WITH v (id, client, author, fingerprint, since) AS (VALUES {}) SELECT v.id, COUNT(i.id) \
+                             FROM v LEFT JOIN items i ON i.client = v.client AND i.author = v.author \
+                             AND i.fingerprint = v.fingerprint AND i.created_at >= v.since AND i.id <> v.id GROUP BY v.id",
+                            values(n, 5)
+                        )
+                    });
+                    let mut q = sqlx::query_as::<_, (String, i64)>(sql);
+                    for it in chunk {
+                        q = q.bind(&it.id).bind(&it.client).bind(&it.author).bind(&it.fingerprint).bind(w.duplicate_since);
+                    }
+                    duplicates.extend(q.fetch_all(&mut **tx).await?);
+                }
+                Ok(items
+                    .into_iter()
+                    .map(|item| {
+                        let (recent, rejected, held) = by_author
+                            .get(&(item.client.clone(), item.author.clone()))
+                            .copied()
+                            .unwrap_or_default();
+                        let own = |yes: bool| i64::from(yes);
+                        SnapshotData {
+                            counters: counters.remove(&item.id).unwrap_or_default(),
+                            author_recent_items: recent - own(item.created_at >= w.author_since),
+                            author_rejected_items: rejected - own(item.status == ItemStatus::Rejected),
+                            author_held_items: held - own(item.status == ItemStatus::HeldForReview),
+                            duplicate_count: duplicates.get(&item.id).copied().unwrap_or(0),
+                            trigger: trigger.remove(&item.id).unwrap_or_default(),
+                            provider_answers: answers.remove(&item.id).unwrap_or_default(),
+                            waiting_on: waiting.remove(&item.id),
+                            item,
+                        }
+                    })
+                    .collect())
+            }
+
+            /// The fenced status changes of one round; returns item → new version.
+            async fn fenced_transitions(tx: &mut txn::Tx<'_>, commits: &[&EvaluationCommit]) -> StoreResult<HashMap<String, i64>> {
+                let mut applied = HashMap::new();
+                let mut rest = commits;
+                for size in chunk_sizes(commits.len()) {
+                    let (chunk, tail) = rest.split_at(size);
+                    rest = tail;
+                    let sql = STATEMENTS.get("commit_transition", size, |n| {
+                        format!(
+                            "WITH v (id, version, seq, from_status, to_status, now) AS (VALUES {}) \
+                             UPDATE items SET status = v.to_status, version = items.version + 1, decided_by = 'rules', \
+                             updated_at = v.now, \
+                             needs_eval_since = CASE WHEN items.event_seq = v.seq THEN NULL ELSE items.needs_eval_since END, \
+                             evaluated_seq = v.seq FROM v WHERE items.id = v.id AND items.version = v.version \
+                             AND items.status = v.from_status AND items.evaluated_seq <= v.seq \
+                             AND (items.decided_by IS NULL OR items.decided_by <> 'moderator') \
+                             RETURNING items.id, items.version",
+                            values(n, 6)
+                        )
+                    });
+                    let mut q = sqlx::query_as::<_, (String, i64)>(sql);
+                    for c in chunk {
+                        let to = c.to.expect("a transition has a target");
+                        q = q
+                            .bind(&c.item_id)
+                            .bind(c.snapshot_version)
+                            .bind(c.snapshot_event_seq)
+                            .bind(c.from.as_str())
+                            .bind(to.as_str())
+                            .bind(c.now);
+                    }
+                    applied.extend(q.fetch_all(&mut **tx).await?);
+                }
+                Ok(applied)
+            }
+
+            /// The fenced record-only commits of one round; returns the items that applied.
+            async fn fenced_records(tx: &mut txn::Tx<'_>, commits: &[&EvaluationCommit]) -> StoreResult<Vec<String>> {
+                let mut applied = Vec::new();
+                let mut rest = commits;
+                for size in chunk_sizes(commits.len()) {
+                    let (chunk, tail) = rest.split_at(size);
+                    rest = tail;
+                    let sql = STATEMENTS.get("commit_record", size, |n| {
+                        format!(
+                            "WITH v (id, version, seq) AS (VALUES {}) UPDATE items SET \
+                             needs_eval_since = CASE WHEN items.event_seq = v.seq THEN NULL ELSE items.needs_eval_since END, \
+                             evaluated_seq = v.seq FROM v WHERE items.id = v.id AND items.version = v.version \
+                             AND items.evaluated_seq <= v.seq RETURNING items.id",
+                            values(n, 3)
+                        )
+                    });
+                    let mut q = sqlx::query_scalar::<_, String>(sql);
+                    for c in chunk {
+                        q = q.bind(&c.item_id).bind(c.snapshot_version).bind(c.snapshot_event_seq);
+                    }
+                    applied.extend(q.fetch_all(&mut **tx).await?);
+                }
+                Ok(applied)
+            }
+
+            async fn commit_in(tx: &mut txn::Tx<'_>, batch: &[EvaluationCommit]) -> StoreResult<Vec<CommitOutcome>> {
+                let mut outcomes = vec![CommitOutcome::Stale; batch.len()];
+                let ids: Vec<&str> = batch.iter().map(|c| c.item_id.as_str()).collect();
+                for round in rounds(&ids) {
+                    let (moves, records): (Vec<usize>, Vec<usize>) =
+                        round.into_iter().partition(|&i| batch[i].to.is_some());
+                    let moved = fenced_transitions(tx, &moves.iter().map(|&i| &batch[i]).collect::<Vec<_>>()).await?;
+                    let recorded = fenced_records(tx, &records.iter().map(|&i| &batch[i]).collect::<Vec<_>>()).await?;
+                    let mut transitions = Vec::new();
+                    for &i in &moves {
+                        let c = &batch[i];
+                        if let Some(&version) = moved.get(&c.item_id) {
+                            outcomes[i] = CommitOutcome::Transitioned { version };
+                            transitions.push(NewTransition {
+                                item_id: &c.item_id,
+                                from: c.from,
+                                to: c.to.expect("a transition has a target"),
+                                version,
+                                cause: Cause::Evaluation,
+                                actor: Actor::Rules,
+                                actor_name: None,
+                                actor_note: None,
+                                reason: &c.reason,
+                                correlation_id: &c.correlation_id,
+                                now: c.now,
+                            });
+                        }
+                    }
+                    txn::insert_transitions(tx, &transitions).await?;
+                    for &i in &moves {
+                        let c = &batch[i];
+                        if let CommitOutcome::Transitioned { version } = outcomes[i]
+                            && (c.handoff.is_some() || c.from == ItemStatus::AwaitingProvider)
+                        {
+                            let handoff = c.handoff.as_ref().filter(|_| c.to == Some(ItemStatus::AwaitingProvider));
+                            txn::settle_provider_requests(tx, &c.item_id, c.from, version, handoff, c.now).await?;
+                        }
+                    }
+                    for &i in &records {
+                        if recorded.contains(&batch[i].item_id) {
+                            outcomes[i] = CommitOutcome::Recorded;
+                        }
+                    }
+                }
+                let decisions: Vec<(&str, i64, &NewDecision)> = batch
+                    .iter()
+                    .zip(&outcomes)
+                    .filter(|(_, o)| **o != CommitOutcome::Stale)
+                    .flat_map(|(c, _)| c.decisions.iter().map(move |d| (c.item_id.as_str(), c.snapshot_version, d)))
+                    .collect();
+                txn::insert_decisions(tx, &decisions).await?;
+                Ok(outcomes)
+            }
+
+            #[async_trait::async_trait]
+            impl Evaluations for $store {
+                async fn snapshots(&self, ids: &[&str], windows: SnapshotWindows) -> StoreResult<Vec<SnapshotData>> {
+                    let mut tx = self.begin_snapshot().await?;
+                    let mut out = Vec::with_capacity(ids.len());
+                    for chunk in ids.chunks(256) {
+                        out.extend(read_batch(&mut tx, chunk, windows).await?);
+                    }
+                    tx.commit().await?;
+                    Ok(out)
+                }
+
+                async fn commit_evaluations(&self, batch: &[EvaluationCommit]) -> StoreResult<Vec<CommitOutcome>> {
+                    retry_conflicts!(async {
+                        let mut tx = self.begin_write().await?;
+                        let outcomes = commit_in(&mut tx, batch).await?;
+                        tx.commit().await?;
+                        Ok(outcomes)
+                    })
+                }
+
+                async fn pending_evaluations(&self, before: Millis, limit: i64) -> StoreResult<Vec<String>> {
+                    Ok(sqlx::query_scalar(
+                        "SELECT id FROM items WHERE needs_eval_since IS NOT NULL AND needs_eval_since <= $1 \
+                         AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.item_id = items.id \
+                         AND d.replayed_at IS NULL) ORDER BY needs_eval_since LIMIT $2",
+                    )
+                    .bind(before)
+                    .bind(limit)
+                    .fetch_all(self.read_pool())
+                    .await?)
+                }
+
+                async fn dead_letter(&self, item_id: &str, attempts: i64, last_error: &str, now: Millis) -> StoreResult<bool> {
+                    retry_conflicts!(async {
+                        let mut tx = self.begin_write().await?;
+                        let n = sqlx::query(
+                            "INSERT INTO dead_letters (item_id, attempts, last_error, failed_at) \
+                             VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                        )
+                        .bind(item_id)
+                        .bind(attempts)
+                        .bind(last_error)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                        tx.commit().await?;
+                        Ok(n == 1)
+                    })
+                }
+
+                async fn dead_letters(&self, all: bool, limit: i64) -> StoreResult<Vec<DeadLetter>> {
+                    let filter = if all { "" } else { "WHERE replayed_at IS NULL " };
+                    let rows = sqlx::query_as::<_, (i64, String, i64, String, i64, Option<i64>)>(&format!(
+                        "SELECT id, item_id, attempts, last_error, failed_at, replayed_at FROM dead_letters \
+                         {filter}ORDER BY id DESC LIMIT $1"
+                    ))
+                    .bind(limit)
+                    .fetch_all(self.read_pool())
+                    .await?;
+                    Ok(rows
+                        .into_iter()
+                        .map(|(id, item_id, attempts, last_error, failed_at, replayed_at)| DeadLetter {
+                            id,
+                            item_id,
+                            attempts,
+                            last_error,
+                            failed_at,
+                            replayed_at,
+                        })
+                        .collect())
+                }
+
+                async fn replay_dead_letter(&self, id: i64, now: Millis) -> StoreResult<Option<String>> {
+                    retry_conflicts!(async {
+                        let mut tx = self.begin_write().await?;
+                        let item: Option<String> = sqlx::query_scalar(
+                            "UPDATE dead_letters SET replayed_at = $2 WHERE id = $1 AND replayed_at IS NULL RETURNING item_id",
+                        )
+                        .bind(id)
+                        .bind(now)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                        if let Some(item) = &item {
+                            sqlx::query(
+                                "UPDATE items SET needs_eval_since = COALESCE(needs_eval_since, $2) \
+                                 WHERE id = $1 AND status <> 'deleted'",
+                            )
+                            .bind(item)
+                            .bind(now)
+                            .execute(&mut *tx)
+                            .await?;
+                        }
+                        tx.commit().await?;
+                        Ok(item)
+                    })
+                }
+            }
+        };
+    };
+}
+pub(super) use impl_evaluations;
+
+#[cfg(test)]
+mod tests {
+    use super::rounds;
+
+    #[test]
+    fn rounds_hold_each_item_once_in_order() {
+        assert_eq!(
+            rounds(&["a", "b", "a", "c", "a"]),
+            vec![vec![0, 1, 3], vec![2], vec![4]]
+        );
+        assert!(rounds(&[]).is_empty());
+    }
+}

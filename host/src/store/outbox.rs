@@ -1,0 +1,431 @@
+//! How decisions reach the platform: the outbox (one row per transition,
+//! written by a trigger in the transition's own transaction), the gap-free
+//! changes feed over it, and webhook deliveries of each row to each
+//! endpoint, claimed per item in version order.
+
+use super::StoreResult;
+use crate::clock::Millis;
+use crate::domain::{Actor, DeliveryStatus, ItemStatus};
+use serde::Serialize;
+
+/// One transition as delivered to the platform: the webhook payload and
+/// one entry of `GET /v1/changes`.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct Change {
+    /// `ITEM_ID:VERSION`: the same transition always has the same id, so a
+    /// receiver deduplicates on it.
+    pub event_id: String,
+    pub item_id: String,
+    pub external_id: Option<String>,
+    /// The client token that submitted the item.
+    pub client: String,
+    pub kind: String,
+    /// The item's version after this transition; a receiver ignores an
+    /// event whose version is not above the last one it applied.
+    pub item_version: i64,
+    pub from_status: ItemStatus,
+    pub to_status: ItemStatus,
+    pub cause: String,
+    pub actor: Actor,
+    pub reason: String,
+    pub correlation_id: String,
+    pub occurred_at: Millis,
+    /// Position in the changes feed (`after=` resumes behind it).
+    pub cursor: String,
+}
+
+/// The event id of a transition: the item and the version it created.
+pub fn event_id(item_id: &str, version: i64) -> String {
+    format!("{item_id}:{version}")
+}
+
+/// A position in the changes feed: (writing transaction, sequence).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ChangeCursor {
+    pub txid: i64,
+    pub seq: i64,
+}
+
+impl ChangeCursor {
+    pub fn encode(self) -> String {
+        format!("{}.{}", self.txid, self.seq)
+    }
+
+    pub fn parse(s: &str) -> Option<ChangeCursor> {
+        let (txid, seq) = s.split_once('.')?;
+        Some(ChangeCursor {
+            txid: txid.parse().ok().filter(|v: &i64| *v >= 0)?,
+            seq: seq.parse().ok().filter(|v: &i64| *v >= 0)?,
+        })
+    }
+}
+
+/// Which outbox events a webhook endpoint receives.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndpointFilter {
+    pub name: String,
+    /// Empty: every status.
+    pub statuses: Vec<ItemStatus>,
+    /// Empty: every kind.
+    pub kinds: Vec<String>,
+}
+
+impl EndpointFilter {
+    pub fn accepts(&self, to: ItemStatus, kind: &str) -> bool {
+        (self.statuses.is_empty() || self.statuses.contains(&to))
+            && (self.kinds.is_empty() || self.kinds.iter().any(|k| k == kind))
+    }
+}
+
+/// A delivery claimed for sending.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedDelivery {
+    pub id: i64,
+    pub endpoint: String,
+    /// Including this one.
+    pub attempts: i64,
+    pub change: Change,
+}
+
+/// A delivery as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct DeliveryRecord {
+    pub id: i64,
+    pub event_id: String,
+    pub endpoint: String,
+    pub item_id: String,
+    pub item_version: i64,
+    pub status: DeliveryStatus,
+    pub attempts: i64,
+    pub next_attempt_at: Millis,
+    pub last_error: Option<String>,
+    pub created_at: Millis,
+    pub delivered_at: Option<Millis>,
+}
+
+/// The outbox, its feed and its deliveries.
+#[async_trait::async_trait]
+pub trait Outbox: Send + Sync {
+    /// Creates the deliveries of up to `limit` outbox events not fanned out
+    /// yet, one per accepting endpoint; returns how many events it handled.
+    async fn fan_out(&self, endpoints: &[EndpointFilter], now: Millis, limit: i64) -> StoreResult<usize>;
+
+    /// Claims due deliveries to `endpoints` (the ones this process can send
+    /// to; others are left for a process that knows them) until
+    /// `lease_until`. A delivery is due only when no earlier version of its
+    /// item is still pending for the same endpoint.
+    async fn claim_deliveries(
+        &self,
+        endpoints: &[&str],
+        now: Millis,
+        lease_until: Millis,
+        limit: i64,
+    ) -> StoreResult<Vec<ClaimedDelivery>>;
+
+    /// Marks a delivery delivered.
+    async fn delivery_succeeded(&self, id: i64, now: Millis) -> StoreResult<()>;
+
+    /// Records a failed attempt: retried at `retry_at`, or dead when `None`.
+    async fn delivery_failed(&self, id: i64, error: &str, retry_at: Option<Millis>) -> StoreResult<()>;
+
+    /// Deliveries, newest first: dead ones only unless `all`.
+    async fn deliveries(&self, all: bool, limit: i64) -> StoreResult<Vec<DeliveryRecord>>;
+
+    /// Deliveries of one item, oldest first.
+    async fn item_deliveries(&self, item_id: &str) -> StoreResult<Vec<DeliveryRecord>>;
+
+    /// Makes a dead delivery pending again; `false` if unknown or not dead.
+    async fn replay_delivery(&self, id: i64, now: Millis) -> StoreResult<bool>;
+
+    /// Transitions in commit order after `after`, for every client or one.
+    async fn changes(&self, client: Option<&str>, after: ChangeCursor, limit: i64) -> StoreResult<Vec<Change>>;
+}
+
+/// Instantiates [`Outbox`] for one backend.
+macro_rules! impl_outbox {
+    ($store:ty, $db:ty, $row:ty) => {
+        const _: () = {
+            use sqlx::Row as _;
+            use std::sync::LazyLock;
+            use $crate::clock::Millis;
+            use $crate::store::dialect::{Dialect, placeholders, retry_conflicts};
+            use $crate::store::rows;
+            use $crate::store::*;
+
+            const CHANGE_COLUMNS: &str = "seq, txid, event_id, item_id, external_id, client, kind, item_version, \
+                from_status, to_status, cause, actor, reason, correlation_id, created_at";
+            const DELIVERY_COLUMNS: &str = "id, event_id, endpoint, item_id, item_version, status, attempts, \
+                next_attempt_at, last_error, created_at, delivered_at";
+
+            static FAN_OUT: LazyLock<String> = LazyLock::new(|| {
+                format!(
+                    "SELECT seq, event_id, to_status, kind FROM outbox WHERE NOT fanned_out ORDER BY seq LIMIT $1{}",
+                    <$store as Dialect>::SKIP_LOCKED
+                )
+            });
+            static CHANGES_ALL: LazyLock<String> = LazyLock::new(|| {
+                format!(
+                    "SELECT {CHANGE_COLUMNS} FROM outbox WHERE (txid > $1 OR (txid = $1 AND seq > $2)){} \
+                     ORDER BY txid, seq LIMIT $3",
+                    <$store as Dialect>::FEED_HORIZON
+                )
+            });
+            static CHANGES_CLIENT: LazyLock<String> = LazyLock::new(|| {
+                format!(
+                    "SELECT {CHANGE_COLUMNS} FROM outbox WHERE client = $4 AND (txid > $1 OR (txid = $1 AND seq > $2)){} \
+                     ORDER BY txid, seq LIMIT $3",
+                    <$store as Dialect>::FEED_HORIZON
+                )
+            });
+
+            /// Due deliveries to the listed endpoints whose item has no
+            /// earlier version pending for the same endpoint, nor an earlier
+            /// event not fanned out yet.
+            fn claim_sql(endpoints: usize) -> String {
+                format!(
+                    "UPDATE deliveries SET next_attempt_at = $2, attempts = attempts + 1 WHERE id IN (\
+                     SELECT d.id FROM deliveries d WHERE d.status = 'pending' AND d.next_attempt_at <= $1 \
+                     AND d.endpoint IN ({}) \
+                     AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.endpoint = d.endpoint AND e.item_id = d.item_id \
+                     AND e.status = 'pending' AND e.item_version < d.item_version) \
+                     AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.item_id = d.item_id \
+                     AND o.item_version < d.item_version AND NOT o.fanned_out) \
+                     ORDER BY d.next_attempt_at, d.id LIMIT $3{}) RETURNING id, event_id, endpoint, attempts",
+                    placeholders(4, endpoints),
+                    <$store as Dialect>::SKIP_LOCKED
+                )
+            }
+
+            fn change_from_row(row: &$row) -> StoreResult<Change> {
+                Ok(Change {
+                    event_id: row.try_get("event_id")?,
+                    item_id: row.try_get("item_id")?,
+                    external_id: row.try_get("external_id")?,
+                    client: row.try_get("client")?,
+                    kind: row.try_get("kind")?,
+                    item_version: row.try_get("item_version")?,
+                    from_status: rows::parse(row.try_get::<&str, _>("from_status")?)?,
+                    to_status: rows::parse(row.try_get::<&str, _>("to_status")?)?,
+                    cause: row.try_get("cause")?,
+                    actor: rows::parse(row.try_get::<&str, _>("actor")?)?,
+                    reason: row.try_get("reason")?,
+                    correlation_id: row.try_get("correlation_id")?,
+                    occurred_at: row.try_get("created_at")?,
+                    cursor: ChangeCursor {
+                        txid: row.try_get("txid")?,
+                        seq: row.try_get("seq")?,
+                    }
+                    .encode(),
+                })
+            }
+
+            fn delivery_from_row(row: &$row) -> StoreResult<DeliveryRecord> {
+                Ok(DeliveryRecord {
+                    id: row.try_get("id")?,
+                    event_id: row.try_get("event_id")?,
+                    endpoint: row.try_get("endpoint")?,
+                    item_id: row.try_get("item_id")?,
+                    item_version: row.try_get("item_version")?,
+                    status: rows::parse(row.try_get::<&str, _>("status")?)?,
+                    attempts: row.try_get::<i32, _>("attempts")?.into(),
+                    next_attempt_at: row.try_get("next_attempt_at")?,
+                    last_error: row.try_get("last_error")?,
+                    created_at: row.try_get("created_at")?,
+                    delivered_at: row.try_get("delivered_at")?,
+                })
+            }
+
+            #[async_trait::async_trait]
+            impl Outbox for $store {
+                async fn fan_out(&self, endpoints: &[EndpointFilter], now: Millis, limit: i64) -> StoreResult<usize> {
+                    // A cheap read first: the write transaction (on SQLite, the
+                    // one write lock) only when there is something to do.
+                    if sqlx::query("SELECT 1 FROM outbox WHERE NOT fanned_out LIMIT 1")
+                        .fetch_optional(self.read_pool())
+                        .await?
+                        .is_none()
+                    {
+                        return Ok(0);
+                    }
+                    retry_conflicts!(async {
+                        let mut tx = self.begin_write().await?;
+                        if endpoints.is_empty() {
+                            let n = sqlx::query(
+                                "UPDATE outbox SET fanned_out = TRUE WHERE seq IN \
+                                 (SELECT seq FROM outbox WHERE NOT fanned_out ORDER BY seq LIMIT $1)",
+                            )
+                            .bind(limit)
+                            .execute(&mut *tx)
+                            .await?
+                            .rows_affected();
+                            tx.commit().await?;
+                            return Ok(n as usize);
+                        }
+                        let events = sqlx::query_as::<_, (i64, String, String, String)>(FAN_OUT.as_str())
+                            .bind(limit)
+                            .fetch_all(&mut *tx)
+                            .await?;
+                        for (seq, event_id, to_status, kind) in &events {
+                            let to = rows::parse(to_status)?;
+                            for e in endpoints.iter().filter(|e| e.accepts(to, kind)) {
+                                sqlx::query(
+                                    "INSERT INTO deliveries (event_id, endpoint, item_id, item_version, status, \
+                                     next_attempt_at, created_at) SELECT event_id, $2, item_id, item_version, 'pending', \
+                                     $3, $3 FROM outbox WHERE event_id = $1 ON CONFLICT (event_id, endpoint) DO NOTHING",
+                                )
+                                .bind(event_id)
+                                .bind(&e.name)
+                                .bind(now)
+                                .execute(&mut *tx)
+                                .await?;
+                            }
+                            sqlx::query("UPDATE outbox SET fanned_out = TRUE WHERE seq = $1")
+                                .bind(*seq)
+                                .execute(&mut *tx)
+                                .await?;
+                        }
+                        tx.commit().await?;
+                        Ok(events.len())
+                    })
+                }
+
+                async fn claim_deliveries(
+                    &self,
+                    endpoints: &[&str],
+                    now: Millis,
+                    lease_until: Millis,
+                    limit: i64,
+                ) -> StoreResult<Vec<ClaimedDelivery>> {
+                    if endpoints.is_empty()
+                        || sqlx::query(
+                            "SELECT 1 FROM deliveries WHERE status = 'pending' AND next_attempt_at <= $1 LIMIT 1",
+                        )
+                        .bind(now)
+                        .fetch_optional(self.read_pool())
+                        .await?
+                        .is_none()
+                    {
+                        return Ok(Vec::new());
+                    }
+                    let sql = claim_sql(endpoints.len());
+                    retry_conflicts!(async {
+                        let mut tx = self.begin_write().await?;
+                        let mut q = sqlx::query_as::<_, (i64, String, String, i32)>(&sql)
+                            .bind(now)
+                            .bind(lease_until)
+                            .bind(limit);
+                        for e in endpoints {
+                            q = q.bind(*e);
+                        }
+                        let claimed = q.fetch_all(&mut *tx).await?;
+                        let mut out = Vec::with_capacity(claimed.len());
+                        for (id, event_id, endpoint, attempts) in claimed {
+                            let row = sqlx::query(&format!("SELECT {CHANGE_COLUMNS} FROM outbox WHERE event_id = $1"))
+                                .bind(&event_id)
+                                .fetch_one(&mut *tx)
+                                .await?;
+                            out.push(ClaimedDelivery {
+                                id,
+                                endpoint,
+                                attempts: attempts.into(),
+                                change: change_from_row(&row)?,
+                            });
+                        }
+                        tx.commit().await?;
+                        Ok(out)
+                    })
+                }
+
+                async fn delivery_succeeded(&self, id: i64, now: Millis) -> StoreResult<()> {
+                    retry_conflicts!(async {
+                        let mut tx = self.begin_write().await?;
+                        sqlx::query(
+                            "UPDATE deliveries SET status = 'delivered', delivered_at = $2, last_error = NULL \
+                             WHERE id = $1 AND status = 'pending'",
+                        )
+                        .bind(id)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?;
+                        tx.commit().await?;
+                        Ok(())
+                    })
+                }
+
+                async fn delivery_failed(&self, id: i64, error: &str, retry_at: Option<Millis>) -> StoreResult<()> {
+                    retry_conflicts!(async {
+                        let mut tx = self.begin_write().await?;
+                        match retry_at {
+                            Some(at) => sqlx::query(
+                                "UPDATE deliveries SET next_attempt_at = $2, last_error = $3 WHERE id = $1 AND status = 'pending'",
+                            )
+                            .bind(id)
+                            .bind(at)
+                            .bind(error),
+                            None => sqlx::query(
+                                "UPDATE deliveries SET status = 'dead', last_error = $2 WHERE id = $1 AND status = 'pending'",
+                            )
+                            .bind(id)
+                            .bind(error),
+                        }
+                        .execute(&mut *tx)
+                        .await?;
+                        tx.commit().await?;
+                        Ok(())
+                    })
+                }
+
+                async fn deliveries(&self, all: bool, limit: i64) -> StoreResult<Vec<DeliveryRecord>> {
+                    let filter = if all { "" } else { "WHERE status = 'dead' " };
+                    sqlx::query(&format!("SELECT {DELIVERY_COLUMNS} FROM deliveries {filter}ORDER BY id DESC LIMIT $1"))
+                        .bind(limit)
+                        .fetch_all(self.read_pool())
+                        .await?
+                        .iter()
+                        .map(delivery_from_row)
+                        .collect()
+                }
+
+                async fn item_deliveries(&self, item_id: &str) -> StoreResult<Vec<DeliveryRecord>> {
+                    sqlx::query(&format!("SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE item_id = $1 ORDER BY id"))
+                        .bind(item_id)
+                        .fetch_all(self.read_pool())
+                        .await?
+                        .iter()
+                        .map(delivery_from_row)
+                        .collect()
+                }
+
+                async fn replay_delivery(&self, id: i64, now: Millis) -> StoreResult<bool> {
+                    retry_conflicts!(async {
+                        let mut tx = self.begin_write().await?;
+                        let n = sqlx::query(
+                            "UPDATE deliveries SET status = 'pending', attempts = 0, next_attempt_at = $2 \
+                             WHERE id = $1 AND status = 'dead'",
+                        )
+                        .bind(id)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                        tx.commit().await?;
+                        Ok(n == 1)
+                    })
+                }
+
+                async fn changes(&self, client: Option<&str>, after: ChangeCursor, limit: i64) -> StoreResult<Vec<Change>> {
+                    let query = match client {
+                        None => sqlx::query(CHANGES_ALL.as_str()).bind(after.txid).bind(after.seq).bind(limit),
+                        Some(c) => sqlx::query(CHANGES_CLIENT.as_str())
+                            .bind(after.txid)
+                            .bind(after.seq)
+                            .bind(limit)
+                            .bind(c),
+                    };
+                    query.fetch_all(self.read_pool()).await?.iter().map(change_from_row).collect()
+                }
+            }
+        };
+    };
+}
+pub(super) use impl_outbox;

@@ -1,0 +1,235 @@
+//! Which plugin code ran when (`plugin_versions`, one row per load per
+//! process, with its circuit-breaker history), and what each version (by
+//! digest) decided over every process.
+
+use super::StoreResult;
+use crate::clock::Millis;
+use crate::domain::{Mode, PluginEvent, PluginVersionStatus};
+use serde::Serialize;
+
+/// What one plugin version (digest) has done, over every process.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct PluginFigures {
+    pub evaluations: i64,
+    /// Evaluations by outcome (`ok`, `trap`, `timeout`, ...).
+    pub outcomes: std::collections::BTreeMap<String, i64>,
+    /// Decisions by verdict (`allow`, `hold`, ...), of evaluations that decided.
+    pub verdicts: std::collections::BTreeMap<String, i64>,
+    /// Decisions of this version a moderator overturned.
+    pub reversals: i64,
+    /// `reversals / ok evaluations`, when there were any.
+    pub reversal_rate: Option<f64>,
+    /// Evaluation duration percentiles over the latest 10,000 evaluations.
+    pub p50_us: Option<i64>,
+    pub p99_us: Option<i64>,
+}
+
+/// One `plugin_versions` row.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct PluginVersionRecord {
+    pub id: i64,
+    /// The gavel process that loaded it (`host:pid`).
+    pub node: String,
+    pub name: Option<String>,
+    pub version: Option<String>,
+    pub digest: Option<String>,
+    pub path: String,
+    pub mode: Option<Mode>,
+    pub status: PluginVersionStatus,
+    pub error: Option<String>,
+    pub loaded_at: Millis,
+    pub unloaded_at: Option<Millis>,
+    /// How often its circuit breaker opened, the last time it did and why,
+    /// and the last time a probe found it healthy again.
+    pub quarantines: i64,
+    pub quarantined_at: Option<Millis>,
+    pub breaker_detail: Option<String>,
+    pub recovered_at: Option<Millis>,
+}
+
+/// A week of one version's reversal rate, for the console's chart.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct ReversalPoint {
+    /// Start of the day (ms since the epoch, UTC).
+    pub day: Millis,
+    pub decisions: i64,
+    pub reversals: i64,
+}
+
+/// The plugin history.
+#[async_trait::async_trait]
+pub trait PluginHistory: Send + Sync {
+    /// Records a plugin load, unload, quarantine, recovery or failed load for `node`.
+    async fn record_plugin_event(&self, node: &str, event: &PluginEvent) -> StoreResult<()>;
+
+    /// Evaluations, outcomes, verdicts, reversals and duration percentiles
+    /// of the plugin version with `digest`.
+    async fn plugin_figures(&self, digest: &str) -> StoreResult<PluginFigures>;
+
+    /// Decisions and reversals of `digest` per day since `since`.
+    async fn reversal_series(&self, digest: &str, since: Millis) -> StoreResult<Vec<ReversalPoint>>;
+
+    /// `plugin_versions`, newest first.
+    async fn plugin_history(&self, limit: i64) -> StoreResult<Vec<PluginVersionRecord>>;
+}
+
+/// Instantiates [`PluginHistory`] for one backend.
+macro_rules! impl_plugin_history {
+    ($store:ty, $db:ty, $row:ty) => {
+        const _: () = {
+            use sqlx::Row as _;
+            use $crate::clock::Millis;
+            use $crate::domain::PluginEvent;
+            use $crate::store::dialect::{Dialect, retry_conflicts};
+            use $crate::store::rows;
+            use $crate::store::*;
+
+            const DAY_MS: i64 = 86_400_000;
+
+            #[async_trait::async_trait]
+            impl PluginHistory for $store {
+                async fn record_plugin_event(&self, node: &str, event: &PluginEvent) -> StoreResult<()> {
+                    retry_conflicts!(async {
+                        let mut tx = self.begin_write().await?;
+                        let q = match event {
+                            PluginEvent::Loaded { name, version, digest, path, mode, at } => sqlx::query(
+                                "INSERT INTO plugin_versions (node, name, version, digest, path, mode, status, loaded_at) \
+                                 VALUES ($1, $2, $3, $4, $5, $6, 'active', $7)",
+                            )
+                            .bind(node)
+                            .bind(name)
+                            .bind(version)
+                            .bind(digest)
+                            .bind(path)
+                            .bind(mode.as_str())
+                            .bind(*at),
+                            PluginEvent::Unloaded { name, digest, at } => sqlx::query(
+                                "UPDATE plugin_versions SET status = CASE WHEN status = 'quarantined' THEN status \
+                                 ELSE 'retired' END, unloaded_at = $4 WHERE node = $1 AND name = $2 AND digest = $3 \
+                                 AND unloaded_at IS NULL AND status <> 'failed'",
+                            )
+                            .bind(node)
+                            .bind(name)
+                            .bind(digest)
+                            .bind(*at),
+                            PluginEvent::Quarantined { name, digest, detail, at } => sqlx::query(
+                                "UPDATE plugin_versions SET status = 'quarantined', quarantines = quarantines + 1, \
+                                 quarantined_at = $4, breaker_detail = $5 WHERE node = $1 AND name = $2 AND digest = $3 \
+                                 AND unloaded_at IS NULL AND status = 'active'",
+                            )
+                            .bind(node)
+                            .bind(name)
+                            .bind(digest)
+                            .bind(*at)
+                            .bind(detail),
+                            PluginEvent::Recovered { name, digest, at } => sqlx::query(
+                                "UPDATE plugin_versions SET status = 'active', recovered_at = $4 WHERE node = $1 \
+                                 AND name = $2 AND digest = $3 AND unloaded_at IS NULL AND status = 'quarantined'",
+                            )
+                            .bind(node)
+                            .bind(name)
+                            .bind(digest)
+                            .bind(*at),
+                            PluginEvent::Failed { path, digest, error, at } => sqlx::query(
+                                "INSERT INTO plugin_versions (node, digest, path, status, error, loaded_at, unloaded_at) \
+                                 VALUES ($1, $2, $3, 'failed', $4, $5, $5)",
+                            )
+                            .bind(node)
+                            .bind(digest.as_deref())
+                            .bind(path)
+                            .bind(error)
+                            .bind(*at),
+                        };
+                        q.execute(&mut *tx).await?;
+                        tx.commit().await?;
+                        Ok(())
+                    })
+                }
+
+                async fn plugin_figures(&self, digest: &str) -> StoreResult<PluginFigures> {
+                    let rows = sqlx::query_as::<_, (String, Option<String>, i64, i64)>(
+                        "SELECT outcome, verdict, COUNT(*), COALESCE(SUM(CASE WHEN reversed_at IS NOT NULL THEN 1 ELSE 0 END), 0) \
+                         FROM decisions WHERE plugin_digest = $1 GROUP BY outcome, verdict",
+                    )
+                    .bind(digest)
+                    .fetch_all(self.read_pool())
+                    .await?;
+                    let mut durations: Vec<i64> = sqlx::query_scalar(
+                        "SELECT duration_us FROM decisions WHERE plugin_digest = $1 ORDER BY id DESC LIMIT 10000",
+                    )
+                    .bind(digest)
+                    .fetch_all(self.read_pool())
+                    .await?;
+                    durations.sort_unstable();
+                    let percentile = |p: usize| (!durations.is_empty()).then(|| durations[(durations.len() - 1) * p / 100]);
+                    let mut f = PluginFigures {
+                        p50_us: percentile(50),
+                        p99_us: percentile(99),
+                        ..PluginFigures::default()
+                    };
+                    for (outcome, verdict, count, reversed) in rows {
+                        f.evaluations += count;
+                        f.reversals += reversed;
+                        *f.outcomes.entry(outcome).or_default() += count;
+                        if let Some(v) = verdict {
+                            *f.verdicts.entry(v).or_default() += count;
+                        }
+                    }
+                    let ok = f.outcomes.get("ok").copied().unwrap_or(0);
+                    f.reversal_rate = (ok > 0).then(|| f.reversals as f64 / ok as f64);
+                    Ok(f)
+                }
+
+                async fn reversal_series(&self, digest: &str, since: Millis) -> StoreResult<Vec<ReversalPoint>> {
+                    let rows = sqlx::query_as::<_, (i64, i64, i64)>(
+                        "SELECT (created_at / $3) * $3 AS day, COUNT(*), \
+                         COALESCE(SUM(CASE WHEN reversed_at IS NOT NULL THEN 1 ELSE 0 END), 0) FROM decisions \
+                         WHERE plugin_digest = $1 AND created_at >= $2 AND outcome = 'ok' GROUP BY day ORDER BY day",
+                    )
+                    .bind(digest)
+                    .bind(since)
+                    .bind(DAY_MS)
+                    .fetch_all(self.read_pool())
+                    .await?;
+                    Ok(rows
+                        .into_iter()
+                        .map(|(day, decisions, reversals)| ReversalPoint { day, decisions, reversals })
+                        .collect())
+                }
+
+                async fn plugin_history(&self, limit: i64) -> StoreResult<Vec<PluginVersionRecord>> {
+                    let rows = sqlx::query(
+                        "SELECT id, node, name, version, digest, path, mode, status, error, loaded_at, unloaded_at, \
+                         quarantines, quarantined_at, breaker_detail, recovered_at FROM plugin_versions \
+                         ORDER BY id DESC LIMIT $1",
+                    )
+                    .bind(limit)
+                    .fetch_all(self.read_pool())
+                    .await?;
+                    rows.iter()
+                        .map(|r| {
+                            Ok(PluginVersionRecord {
+                                id: r.try_get("id")?,
+                                node: r.try_get("node")?,
+                                name: r.try_get("name")?,
+                                version: r.try_get("version")?,
+                                digest: r.try_get("digest")?,
+                                path: r.try_get("path")?,
+                                mode: rows::parse_opt(r.try_get::<Option<&str>, _>("mode")?)?,
+                                status: rows::parse(r.try_get::<&str, _>("status")?)?,
+                                error: r.try_get("error")?,
+                                loaded_at: r.try_get("loaded_at")?,
+                                unloaded_at: r.try_get("unloaded_at")?,
+                                quarantines: r.try_get::<i32, _>("quarantines")?.into(),
+                                quarantined_at: r.try_get("quarantined_at")?,
+                                breaker_detail: r.try_get("breaker_detail")?,
+                                recovered_at: r.try_get("recovered_at")?,
+                            })
+                        })
+                        .collect()
+                }
+            }
+        };
+    };
+}
+pub(super) use impl_plugin_history;

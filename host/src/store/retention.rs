@@ -1,0 +1,162 @@
+//! What gavel deletes, and when: expired idempotency keys, delivered
+//! webhook deliveries and the outbox rows behind them, events already
+//! evaluated, provider callbacks, after their configured retention. Each
+//! run deletes in bounded chunks, so a transaction (on SQLite, the write
+//! lock) stays short; the background task runs until a table is caught up.
+
+use super::StoreResult;
+use crate::clock::Millis;
+
+/// How long each kind of row is kept (ms); `None` keeps it forever.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionPolicy {
+    /// Whether the background task runs at all.
+    pub enabled: bool,
+    /// How often it runs.
+    pub interval_ms: u64,
+    /// Delivered webhook deliveries, and outbox rows once every delivery of
+    /// them is gone (the changes feed reaches back this far). Dead
+    /// deliveries are kept until replayed and delivered.
+    pub outbox_ms: Option<i64>,
+    /// Events whose evaluation has committed (counters keep their totals).
+    pub events_ms: Option<i64>,
+    /// Provider callbacks (their effect stays in decisions and transitions).
+    pub callbacks_ms: Option<i64>,
+    /// Rows deleted per table per statement.
+    pub chunk: i64,
+}
+
+impl Default for RetentionPolicy {
+    fn default() -> Self {
+        const DAY: i64 = 86_400_000;
+        RetentionPolicy {
+            enabled: true,
+            interval_ms: 60_000,
+            outbox_ms: Some(7 * DAY),
+            events_ms: Some(30 * DAY),
+            callbacks_ms: Some(30 * DAY),
+            chunk: 5_000,
+        }
+    }
+}
+
+/// Rows deleted by one pass, per table.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Pruned {
+    pub idempotency_keys: u64,
+    pub deliveries: u64,
+    pub outbox: u64,
+    pub events: u64,
+    pub provider_callbacks: u64,
+}
+
+impl Pruned {
+    /// (table, rows) pairs, for metrics and logs.
+    pub fn tables(&self) -> [(&'static str, u64); 5] {
+        [
+            ("idempotency_keys", self.idempotency_keys),
+            ("deliveries", self.deliveries),
+            ("outbox", self.outbox),
+            ("events", self.events),
+            ("provider_callbacks", self.provider_callbacks),
+        ]
+    }
+
+    pub fn total(&self) -> u64 {
+        self.tables().iter().map(|(_, n)| n).sum()
+    }
+}
+
+/// Deleting what is past its retention.
+#[async_trait::async_trait]
+pub trait Retention: Send + Sync {
+    /// Deletes up to `policy.chunk` rows per table that are past their
+    /// retention at `now` (idempotency keys: past their own expiry, by the
+    /// database's clock).
+    async fn prune(&self, policy: &RetentionPolicy, now: Millis) -> StoreResult<Pruned>;
+}
+
+/// Instantiates [`Retention`] for one backend.
+macro_rules! impl_retention {
+    ($store:ty, $db:ty, $row:ty) => {
+        const _: () = {
+            use std::sync::LazyLock;
+            use $crate::clock::Millis;
+            use $crate::store::dialect::{Dialect, retry_conflicts};
+            use $crate::store::*;
+
+            static EXPIRED_KEYS: LazyLock<String> = LazyLock::new(|| {
+                format!(
+                    "DELETE FROM idempotency_keys WHERE (scope, key) IN (SELECT scope, key FROM idempotency_keys \
+                     WHERE expires_at <= {} LIMIT $1)",
+                    <$store as Dialect>::NOW_MS
+                )
+            });
+
+            async fn delete(store: &$store, sql: &str, cutoff: Option<Millis>, chunk: i64) -> StoreResult<u64> {
+                retry_conflicts!(async {
+                    let mut tx = store.begin_write().await?;
+                    let mut q = sqlx::query(sql);
+                    if let Some(cutoff) = cutoff {
+                        q = q.bind(cutoff);
+                    }
+                    let n = q.bind(chunk).execute(&mut *tx).await?.rows_affected();
+                    tx.commit().await?;
+                    Ok(n)
+                })
+            }
+
+            #[async_trait::async_trait]
+            impl Retention for $store {
+                async fn prune(&self, p: &RetentionPolicy, now: Millis) -> StoreResult<Pruned> {
+                    let mut out = Pruned {
+                        idempotency_keys: delete(self, EXPIRED_KEYS.as_str(), None, p.chunk).await?,
+                        ..Pruned::default()
+                    };
+                    if let Some(keep) = p.outbox_ms {
+                        out.deliveries = delete(
+                            self,
+                            "DELETE FROM deliveries WHERE id IN (SELECT id FROM deliveries \
+                             WHERE status = 'delivered' AND created_at < $1 LIMIT $2)",
+                            Some(now - keep),
+                            p.chunk,
+                        )
+                        .await?;
+                        out.outbox = delete(
+                            self,
+                            "DELETE FROM outbox WHERE seq IN (SELECT o.seq FROM outbox o WHERE o.fanned_out \
+                             AND o.created_at < $1 AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = o.event_id) \
+                             LIMIT $2)",
+                            Some(now - keep),
+                            p.chunk,
+                        )
+                        .await?;
+                    }
+                    if let Some(keep) = p.events_ms {
+                        out.events = delete(
+                            self,
+                            "DELETE FROM events WHERE id IN (SELECT e.id FROM events e JOIN items i ON i.id = e.item_id \
+                             WHERE e.created_at < $1 AND e.seq <= i.evaluated_seq LIMIT $2)",
+                            Some(now - keep),
+                            p.chunk,
+                        )
+                        .await?;
+                    }
+                    if let Some(keep) = p.callbacks_ms {
+                        out.provider_callbacks = delete(
+                            self,
+                            "DELETE FROM provider_callbacks WHERE id IN (SELECT id FROM provider_callbacks \
+                             WHERE received_at < $1 LIMIT $2)",
+                            Some(now - keep),
+                            p.chunk,
+                        )
+                        .await?;
+                    }
+                    Ok(out)
+                }
+            }
+        };
+    };
+}
+pub(super) use impl_retention;

@@ -1,0 +1,332 @@
+//! Transaction helpers every capability uses, instantiated per backend:
+//! audit rows, decision rows, idempotency key completion, provider
+//! requests settled by a transition, and the row decoders. Each writes many
+//! rows with one multi-row statement per chunk.
+
+use crate::clock::Millis;
+use crate::domain::policy::Cause;
+use crate::domain::{Actor, ItemStatus};
+
+/// An audit row to insert (its outbox row is written by the
+/// `transitions_outbox` trigger in the same statement).
+#[derive(Debug, Clone)]
+pub(super) struct NewTransition<'a> {
+    pub item_id: &'a str,
+    pub from: ItemStatus,
+    pub to: ItemStatus,
+    pub version: i64,
+    pub cause: Cause,
+    pub actor: Actor,
+    pub actor_name: Option<&'a str>,
+    pub actor_note: Option<&'a str>,
+    pub reason: &'a str,
+    pub correlation_id: &'a str,
+    pub now: Millis,
+}
+
+pub(super) const ITEM_COLUMNS: &str = "id, client, external_id, kind, author, body, context, fingerprint, status, \
+     version, decided_by, sync_verdict, needs_eval_since, event_seq, evaluated_seq, content_version, created_at, \
+     updated_at";
+
+pub(super) const DECISION_COLUMNS: &str = "id, item_id, item_version, plugin, plugin_version, plugin_digest, phase, \
+     verdict, score, labels, reason, mode, applied, duration_us, outcome, error, created_at, reversed_at";
+
+pub(super) const TRANSITION_COLUMNS: &str = "id, item_id, from_status, to_status, version, cause, actor, actor_name, \
+     actor_note, reason, correlation_id, created_at";
+
+/// Instantiates the helpers as `mod txn` for one backend. `$store`
+/// implements `Dialect`; `$db` and `$row` are its sqlx types.
+macro_rules! impl_shared {
+    ($store:ty, $db:ty, $row:ty) => {
+        mod txn {
+            #![allow(dead_code)]
+            use super::*;
+            use sqlx::Row as _;
+            use $crate::clock::Millis;
+            use $crate::domain::ItemStatus;
+            use $crate::store::dialect::{Statements, chunk_sizes, values};
+            use $crate::store::rows;
+            use $crate::store::shared::{DECISION_COLUMNS, ITEM_COLUMNS, NewTransition, TRANSITION_COLUMNS};
+            use $crate::store::*;
+
+            pub(crate) type Tx<'a> = sqlx::Transaction<'a, $db>;
+
+            static STATEMENTS: Statements = Statements::new();
+
+            /// Inserts audit rows, one statement per chunk.
+            pub(crate) async fn insert_transitions(tx: &mut Tx<'_>, rows: &[NewTransition<'_>]) -> StoreResult<()> {
+                let mut rest = rows;
+                for size in chunk_sizes(rows.len()) {
+                    let (chunk, tail) = rest.split_at(size);
+                    rest = tail;
+                    let sql = STATEMENTS.get("transitions", size, |n| {
+                        format!(
+                            "INSERT INTO transitions (item_id, from_status, to_status, version, cause, actor, \
+                             actor_name, actor_note, reason, correlation_id, created_at) VALUES {}",
+                            values(n, 11)
+                        )
+                    });
+                    let mut q = sqlx::query(sql);
+                    for t in chunk {
+                        q = q
+                            .bind(t.item_id)
+                            .bind(t.from.as_str())
+                            .bind(t.to.as_str())
+                            .bind(t.version)
+                            .bind(t.cause.as_str())
+                            .bind(t.actor.as_str())
+                            .bind(t.actor_name)
+                            .bind(t.actor_note)
+                            .bind(t.reason)
+                            .bind(t.correlation_id)
+                            .bind(t.now);
+                    }
+                    q.execute(&mut **tx).await?;
+                }
+                Ok(())
+            }
+
+            /// Inserts decision rows `(item, item version, decision)`, one
+            /// statement per chunk.
+            pub(crate) async fn insert_decisions(
+                tx: &mut Tx<'_>,
+                rows: &[(&str, i64, &NewDecision)],
+            ) -> StoreResult<()> {
+                let mut rest = rows;
+                for size in chunk_sizes(rows.len()) {
+                    let (chunk, tail) = rest.split_at(size);
+                    rest = tail;
+                    let sql = STATEMENTS.get("decisions", size, |n| {
+                        format!(
+                            "INSERT INTO decisions (item_id, item_version, plugin, plugin_version, plugin_digest, \
+                             phase, verdict, score, labels, reason, mode, applied, duration_us, outcome, error, \
+                             created_at, snapshot_digest) VALUES {}",
+                            values(n, 17)
+                        )
+                    });
+                    let mut q = sqlx::query(sql);
+                    for (item, version, d) in chunk {
+                        q = q
+                            .bind(*item)
+                            .bind(*version)
+                            .bind(&d.plugin)
+                            .bind(&d.plugin_version)
+                            .bind(&d.plugin_digest)
+                            .bind(d.phase.as_str())
+                            .bind(d.verdict.map(|v| v.as_str()))
+                            .bind(d.score)
+                            .bind(rows::labels_json(&d.labels))
+                            .bind(&d.reason)
+                            .bind(d.mode.as_str())
+                            .bind(d.applied)
+                            .bind(d.duration_us)
+                            .bind(d.outcome.as_str())
+                            .bind(d.error.as_deref())
+                            .bind(d.decided_at)
+                            .bind(d.snapshot_digest.as_deref());
+                    }
+                    q.execute(&mut **tx).await?;
+                }
+                Ok(())
+            }
+
+            /// Marks the keys of `claims` done, but only those still held by
+            /// their claim token (a retry that took a key over after its
+            /// lock expired owns it now); returns which did, as (scope, key,
+            /// token). The caller
+            /// applies the effect of exactly those writes, in the same
+            /// transaction, so at most one request's effect ever commits.
+            pub(crate) async fn seal_keys(
+                tx: &mut Tx<'_>,
+                claims: &[&KeyCompletion],
+            ) -> StoreResult<std::collections::HashSet<(String, String, String)>> {
+                let mut sealed = std::collections::HashSet::new();
+                let mut rest = claims;
+                for size in chunk_sizes(claims.len()) {
+                    let (chunk, tail) = rest.split_at(size);
+                    rest = tail;
+                    let sql = STATEMENTS.get("seal_keys", size, |n| {
+                        format!(
+                            "WITH v (scope, key, claim) AS (VALUES {}) UPDATE idempotency_keys SET state = 'done' \
+                             FROM v WHERE idempotency_keys.scope = v.scope AND idempotency_keys.key = v.key \
+                             AND idempotency_keys.claim = v.claim AND idempotency_keys.state = 'in_flight' \
+                             RETURNING idempotency_keys.scope, idempotency_keys.key, idempotency_keys.claim",
+                            values(n, 3)
+                        )
+                    });
+                    let mut q = sqlx::query_as::<_, (String, String, String)>(sql);
+                    for c in chunk {
+                        q = q.bind(&c.scope).bind(&c.key).bind(&c.token);
+                    }
+                    sealed.extend(q.fetch_all(&mut **tx).await?);
+                }
+                Ok(sealed)
+            }
+
+            /// Stores the responses of sealed keys `(scope, key, status, body)`.
+            pub(crate) async fn store_responses(
+                tx: &mut Tx<'_>,
+                responses: &[(&str, &str, u16, String)],
+            ) -> StoreResult<()> {
+                let mut rest = responses;
+                for size in chunk_sizes(responses.len()) {
+                    let (chunk, tail) = rest.split_at(size);
+                    rest = tail;
+                    let sql = STATEMENTS.get("responses", size, |n| {
+                        format!(
+                            "WITH v (scope, key, status, body) AS (VALUES {}) UPDATE idempotency_keys \
+                             SET response_status = v.status, response_body = v.body FROM v \
+                             WHERE idempotency_keys.scope = v.scope AND idempotency_keys.key = v.key",
+                            values(n, 4)
+                        )
+                    });
+                    let mut q = sqlx::query(sql);
+                    for (scope, key, status, body) in chunk {
+                        q = q.bind(*scope).bind(*key).bind(i32::from(*status)).bind(body);
+                    }
+                    q.execute(&mut **tx).await?;
+                }
+                Ok(())
+            }
+
+            /// After a transition of `item_id` to `version`: a hand-off
+            /// stores its request (superseding the outstanding one); leaving
+            /// `awaiting_provider` otherwise cancels the outstanding one.
+            pub(crate) async fn settle_provider_requests(
+                tx: &mut Tx<'_>,
+                item_id: &str,
+                from: ItemStatus,
+                version: i64,
+                handoff: Option<&Handoff>,
+                now: Millis,
+            ) -> StoreResult<()> {
+                match handoff {
+                    Some(h) => {
+                        let key = provider_request_key(item_id, version, &h.provider);
+                        sqlx::query(
+                            "UPDATE provider_requests SET status = 'superseded', superseded_by = $2, \
+                             updated_at = $3 WHERE item_id = $1 AND status IN ('pending', 'sent')",
+                        )
+                        .bind(item_id)
+                        .bind(&key)
+                        .bind(now)
+                        .execute(&mut **tx)
+                        .await?;
+                        sqlx::query(
+                            "INSERT INTO provider_requests (key, provider, item_id, item_version, status, \
+                             next_attempt_at, deadline_at, created_at, updated_at, content_version) \
+                             SELECT $1, $2, $3, $4, 'pending', $5, $6, $5, $5, content_version FROM items WHERE id = $3",
+                        )
+                        .bind(&key)
+                        .bind(&h.provider)
+                        .bind(item_id)
+                        .bind(version)
+                        .bind(now)
+                        .bind(h.deadline_at)
+                        .execute(&mut **tx)
+                        .await?;
+                    }
+                    None if from == ItemStatus::AwaitingProvider => {
+                        sqlx::query(
+                            "UPDATE provider_requests SET status = 'cancelled', updated_at = $2 \
+                             WHERE item_id = $1 AND status IN ('pending', 'sent')",
+                        )
+                        .bind(item_id)
+                        .bind(now)
+                        .execute(&mut **tx)
+                        .await?;
+                    }
+                    None => {}
+                }
+                Ok(())
+            }
+
+            /// Items by id, in any order.
+            pub(crate) async fn read_items<'e, E>(executor: E, ids: &[&str]) -> StoreResult<Vec<Item>>
+            where
+                E: sqlx::Executor<'e, Database = $db>,
+            {
+                if ids.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let sql = format!(
+                    "SELECT {ITEM_COLUMNS} FROM items WHERE id IN ({})",
+                    $crate::store::dialect::placeholders(1, ids.len())
+                );
+                let mut q = sqlx::query(&sql);
+                for id in ids {
+                    q = q.bind(*id);
+                }
+                q.fetch_all(executor).await?.iter().map(item_from_row).collect()
+            }
+
+            pub(crate) fn item_from_row(row: &$row) -> StoreResult<Item> {
+                Ok(Item {
+                    id: row.try_get("id")?,
+                    client: row.try_get("client")?,
+                    external_id: row.try_get("external_id")?,
+                    kind: row.try_get("kind")?,
+                    author: row.try_get("author")?,
+                    body: row.try_get("body")?,
+                    context: row.try_get("context")?,
+                    fingerprint: row.try_get("fingerprint")?,
+                    status: rows::parse(row.try_get::<&str, _>("status")?)?,
+                    version: row.try_get("version")?,
+                    decided_by: rows::parse_opt(row.try_get::<Option<&str>, _>("decided_by")?)?,
+                    sync_verdict: rows::parse_opt(row.try_get::<Option<&str>, _>("sync_verdict")?)?,
+                    needs_eval_since: row.try_get("needs_eval_since")?,
+                    event_seq: row.try_get("event_seq")?,
+                    evaluated_seq: row.try_get("evaluated_seq")?,
+                    content_version: row.try_get("content_version")?,
+                    created_at: row.try_get("created_at")?,
+                    updated_at: row.try_get("updated_at")?,
+                })
+            }
+
+            pub(crate) fn decision_from_row(row: &$row) -> StoreResult<DecisionRecord> {
+                Ok(DecisionRecord {
+                    id: row.try_get("id")?,
+                    item_version: row.try_get("item_version")?,
+                    plugin: row.try_get("plugin")?,
+                    plugin_version: row.try_get("plugin_version")?,
+                    plugin_digest: row.try_get("plugin_digest")?,
+                    phase: rows::parse(row.try_get::<&str, _>("phase")?)?,
+                    verdict: rows::parse_opt(row.try_get::<Option<&str>, _>("verdict")?)?,
+                    score: row.try_get("score")?,
+                    labels: rows::labels(row.try_get::<&str, _>("labels")?)?,
+                    reason: row.try_get("reason")?,
+                    mode: rows::parse(row.try_get::<&str, _>("mode")?)?,
+                    applied: row.try_get("applied")?,
+                    duration_us: row.try_get("duration_us")?,
+                    outcome: rows::parse(row.try_get::<&str, _>("outcome")?)?,
+                    error: row.try_get("error")?,
+                    created_at: row.try_get("created_at")?,
+                    reversed_at: row.try_get("reversed_at")?,
+                })
+            }
+
+            pub(crate) fn transition_from_row(row: &$row) -> StoreResult<TransitionRecord> {
+                Ok(TransitionRecord {
+                    id: row.try_get("id")?,
+                    item_id: row.try_get("item_id")?,
+                    from_status: rows::parse(row.try_get::<&str, _>("from_status")?)?,
+                    to_status: rows::parse(row.try_get::<&str, _>("to_status")?)?,
+                    version: row.try_get("version")?,
+                    cause: row.try_get("cause")?,
+                    actor: rows::parse(row.try_get::<&str, _>("actor")?)?,
+                    actor_name: row.try_get("actor_name")?,
+                    actor_note: row.try_get("actor_note")?,
+                    reason: row.try_get("reason")?,
+                    correlation_id: row.try_get("correlation_id")?,
+                    created_at: row.try_get("created_at")?,
+                })
+            }
+
+            /// The columns of [`decision_from_row`].
+            pub(crate) const DECISIONS: &str = DECISION_COLUMNS;
+            /// The columns of [`transition_from_row`].
+            pub(crate) const TRANSITIONS: &str = TRANSITION_COLUMNS;
+        }
+    };
+}
+pub(super) use impl_shared;

@@ -1,0 +1,1081 @@
+//! The store conformance suite, run on SQLite and on a real PostgreSQL:
+//! conditional writes, the evaluation fence, idempotency claims, the audit
+//! trail and the outbox, batches, retention (docs/RELIABILITY.md P2, Q7,
+//! I6, S1).
+
+use gavel::clock::now_ms;
+use gavel::domain::policy::Cause;
+use gavel::domain::{Actor, DeliveryStatus, EventKind, ItemStatus, Mode, Outcome, Phase, Verdict};
+use gavel::store::*;
+use gavel_tests::server::Setup;
+use std::time::Duration;
+
+/// A store on a fresh database of `setup` (dropped with the directory).
+async fn open(setup: Setup) -> (SharedStore, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    (setup.store(dir.path()).await, dir)
+}
+
+fn new_item(id: &str) -> NewItem {
+    NewItem {
+        id: id.into(),
+        client: "web".into(),
+        external_id: None,
+        kind: "post".into(),
+        author: "alice".into(),
+        body: "hello".into(),
+        context: "{}".into(),
+        fingerprint: gavel::fingerprint::fingerprint(&format!("hello {id}")),
+        correlation_id: "test".into(),
+        now: now_ms(),
+    }
+}
+
+fn body(item: &Item) -> String {
+    format!(r#"{{"id":"{}","status":"{}"}}"#, item.id, item.status)
+}
+
+/// A submission with no sync verdict, no key.
+fn write(item: NewItem) -> ItemWrite {
+    ItemWrite {
+        item,
+        sync_verdict: None,
+        sync_reason: String::new(),
+        decisions: Vec::new(),
+        degraded: false,
+        duplicates: DuplicateRule {
+            window_ms: 3_600_000,
+            hold_at: 5,
+        },
+        key: None,
+        respond: body,
+    }
+}
+
+async fn create(store: &SharedStore, id: &str) -> Item {
+    created(store.create_items(&[write(new_item(id))]).await.unwrap().remove(0))
+}
+
+fn created(outcome: CreateOutcome) -> Item {
+    match outcome {
+        CreateOutcome::Created { item, .. } => item,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn event(id: &str, kind: EventKind, actor: &str) -> EventWrite {
+    EventWrite {
+        event: NewEvent {
+            item_id: id.into(),
+            kind,
+            actor: actor.into(),
+            text: None,
+            fingerprint: None,
+            now: now_ms(),
+        },
+        key: None,
+        respond: |a| format!(r#"{{"seq":{}}}"#, a.event_seq),
+    }
+}
+
+async fn append(store: &SharedStore, id: &str, kind: EventKind, actor: &str) -> EventOutcome {
+    store.append_events(&[event(id, kind, actor)]).await.unwrap().remove(0)
+}
+
+async fn snapshot(store: &SharedStore, id: &str) -> SnapshotData {
+    let windows = SnapshotWindows {
+        author_since: 0,
+        duplicate_since: 0,
+    };
+    store.snapshots(&[id], windows).await.unwrap().pop().unwrap()
+}
+
+fn request(id: &str, version: i64, from: ItemStatus, to: ItemStatus, actor: Actor) -> TransitionRequest {
+    TransitionRequest {
+        item_id: id.into(),
+        expected_version: version,
+        from,
+        to,
+        actor,
+        actor_name: (actor == Actor::Moderator).then(|| "mod".into()),
+        actor_note: None,
+        cause: Cause::Moderation,
+        reason: "test".into(),
+        correlation_id: "test".into(),
+        now: now_ms(),
+        reversed_decisions: Vec::new(),
+    }
+}
+
+fn decision(plugin: &str) -> NewDecision {
+    NewDecision {
+        plugin: plugin.into(),
+        plugin_version: "1.0.0".into(),
+        plugin_digest: "ab".repeat(32),
+        phase: Phase::Async.into(),
+        verdict: Some(Verdict::Hold),
+        score: 0.5,
+        labels: vec!["x".into()],
+        reason: "because".into(),
+        mode: Mode::Enforce,
+        applied: true,
+        duration_us: 12,
+        outcome: Outcome::Ok,
+        error: None,
+        decided_at: now_ms(),
+        snapshot_digest: None,
+    }
+}
+
+/// An evaluation commit of `data`'s snapshot, to `to`.
+fn commit_of(data: &SnapshotData, to: Option<ItemStatus>) -> EvaluationCommit {
+    EvaluationCommit {
+        item_id: data.item.id.clone(),
+        snapshot_version: data.item.version,
+        snapshot_event_seq: data.item.event_seq,
+        from: data.item.status,
+        to,
+        decisions: vec![decision("r")],
+        reason: "r".into(),
+        correlation_id: "c".into(),
+        now: now_ms(),
+        handoff: None,
+    }
+}
+
+async fn commit(store: &SharedStore, c: EvaluationCommit) -> CommitOutcome {
+    store.commit_evaluations(&[c]).await.unwrap().remove(0)
+}
+
+/// The changes feed's events of item `id`, once it shows at least `n` (on
+/// PostgreSQL the feed shows a commit once every older transaction in the
+/// cluster has ended, so it may lag a moment behind).
+async fn changes_of(store: &SharedStore, id: &str, n: usize) -> Vec<Change> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let events: Vec<Change> = store
+            .changes(None, ChangeCursor::default(), 10_000)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|c| c.item_id == id)
+            .collect();
+        if events.len() >= n || std::time::Instant::now() > deadline {
+            return events;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// P2: 32 concurrent moderator and automated transitions from one state:
+/// exactly one succeeds, exactly one audit row, one outbox event.
+async fn concurrent_transitions_from_one_state_have_one_winner(setup: Setup) {
+    let (store, _dir) = open(setup).await;
+    for round in 0..5 {
+        let id = format!("item-p2-{round}");
+        create(&store, &id).await;
+        let targets = [ItemStatus::Visible, ItemStatus::HeldForReview, ItemStatus::Rejected];
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..32 {
+            let store = store.clone();
+            let actor = if i % 2 == 0 { Actor::Moderator } else { Actor::Rules };
+            let req = request(&id, 1, ItemStatus::PendingScan, targets[i % 3], actor);
+            tasks.spawn(async move { store.transition(&req).await.unwrap() });
+        }
+        let results = tasks.join_all().await;
+        let applied: Vec<_> = results
+            .iter()
+            .filter(|r| matches!(r, Transition::Applied { .. }))
+            .collect();
+        assert_eq!(applied.len(), 1, "round {round}: {results:?}");
+        assert_eq!(applied[0], &Transition::Applied { version: 2 });
+        let details = store.item_details(&id).await.unwrap().unwrap();
+        assert_eq!(details.transitions.len(), 2, "creation + exactly one transition");
+        assert_eq!(details.item.version, 2);
+        assert_eq!(details.transitions[1].to_status, details.item.status);
+        let events: Vec<_> = changes_of(&store, &id, 2)
+            .await
+            .into_iter()
+            .map(|c| (c.event_id, c.item_version, c.to_status))
+            .collect();
+        assert_eq!(
+            events,
+            vec![
+                (format!("{id}:1"), 1, ItemStatus::PendingScan),
+                (format!("{id}:2"), 2, details.item.status)
+            ]
+        );
+    }
+}
+
+/// P2, every commit path: an item waiting on a provider (its deadline
+/// already past) is decided at once by a moderator, an evaluation that
+/// moves it, one that only records, the provider's callback and the
+/// deadline expiry. Exactly one status change applies, with one audit row
+/// and one outbox event; nobody gets an error (on PostgreSQL every path
+/// locks the item first: no deadlock).
+async fn every_commit_path_racing_on_one_item_has_one_winner(setup: Setup) {
+    let (store, _dir) = open(setup).await;
+    for round in 0..10 {
+        let id = format!("item-race-{round}");
+        create(&store, &id).await;
+        let data = snapshot(&store, &id).await;
+        let handoff = EvaluationCommit {
+            handoff: Some(Handoff {
+                provider: "classifier".into(),
+                deadline_at: now_ms() - 1,
+            }),
+            ..commit_of(&data, Some(ItemStatus::AwaitingProvider))
+        };
+        assert_eq!(
+            commit(&store, handoff).await,
+            CommitOutcome::Transitioned { version: 2 }
+        );
+        let waiting = snapshot(&store, &id).await;
+        let key = provider_request_key(&id, 2, "classifier");
+        let mut tasks = tokio::task::JoinSet::new();
+        {
+            let (store, req) = (
+                store.clone(),
+                request(
+                    &id,
+                    2,
+                    ItemStatus::AwaitingProvider,
+                    ItemStatus::Rejected,
+                    Actor::Moderator,
+                ),
+            );
+            tasks.spawn(async move { matches!(store.transition(&req).await.unwrap(), Transition::Applied { .. }) });
+        }
+        {
+            let (store, c) = (store.clone(), commit_of(&waiting, Some(ItemStatus::Visible)));
+            tasks.spawn(async move { matches!(commit(&store, c).await, CommitOutcome::Transitioned { .. }) });
+        }
+        {
+            let (store, c) = (store.clone(), commit_of(&waiting, None));
+            tasks.spawn(async move {
+                commit(&store, c).await;
+                false
+            });
+        }
+        {
+            let store = store.clone();
+            let cb = NewCallback {
+                provider: "classifier".into(),
+                event_id: format!("ev-{round}"),
+                request_key: key.clone(),
+                item_id: id.clone(),
+                payload: "{}".into(),
+                verdict: Verdict::Hold,
+                score: 0.5,
+                labels: vec![],
+                reason: "model".into(),
+                now: now_ms(),
+            };
+            tasks.spawn(async move {
+                matches!(
+                    store.apply_callback(&cb).await.unwrap(),
+                    CallbackOutcome::Applied { .. }
+                )
+            });
+        }
+        {
+            let store = store.clone();
+            tasks.spawn(async move {
+                store
+                    .expire_provider_requests(now_ms(), 10)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .any(|e| e.version.is_some())
+            });
+        }
+        let winners = tasks.join_all().await.into_iter().filter(|w| *w).count();
+        assert_eq!(winners, 1, "round {round}: exactly one status change");
+        let details = store.item_details(&id).await.unwrap().unwrap();
+        assert_eq!(details.item.version, 3, "round {round}");
+        assert_eq!(
+            details.transitions.len(),
+            3,
+            "round {round}: creation, hand-off, the winner"
+        );
+        assert_eq!(details.transitions[2].to_status, details.item.status);
+        assert_eq!(
+            changes_of(&store, &id, 3).await.len(),
+            3,
+            "one outbox event per transition"
+        );
+        let active = details
+            .provider_requests
+            .iter()
+            .filter(|r| r.status.is_active())
+            .count();
+        assert_eq!(active, 0, "round {round}: the request is settled");
+    }
+}
+
+/// Q7: worker A reads a snapshot and stalls; an event arrives; worker B
+/// reads the newer snapshot and commits a no-change evaluation; A then
+/// commits a status change. A is refused (counted stale): the status
+/// follows the newest snapshot and nothing is stranded.
+async fn an_older_snapshot_never_overwrites_a_newer_evaluation(setup: Setup) {
+    let (store, _dir) = open(setup).await;
+    create(&store, "item-q7").await;
+    append(&store, "item-q7", EventKind::Flag, "u1").await;
+    let a = snapshot(&store, "item-q7").await;
+    append(&store, "item-q7", EventKind::Upvote, "u2").await;
+    let b = snapshot(&store, "item-q7").await;
+    assert_eq!(
+        (a.item.version, b.item.version),
+        (1, 1),
+        "events do not change the version"
+    );
+    assert_eq!(commit(&store, commit_of(&b, None)).await, CommitOutcome::Recorded);
+    assert_eq!(
+        commit(&store, commit_of(&a, Some(ItemStatus::HeldForReview))).await,
+        CommitOutcome::Stale
+    );
+    assert_eq!(
+        commit(&store, commit_of(&a, None)).await,
+        CommitOutcome::Stale,
+        "an older record too"
+    );
+    let item = store.item("item-q7").await.unwrap().unwrap();
+    assert_eq!(item.status, ItemStatus::PendingScan);
+    assert_eq!((item.version, item.evaluated_seq), (1, 2));
+    assert_eq!(item.needs_eval_since, None, "B judged every event");
+    let d = store.item_details("item-q7").await.unwrap().unwrap();
+    assert_eq!(d.decisions.len(), 1, "only B's decision");
+    // The same snapshot committed twice (a lease lost between two workers
+    // judging one state) is fine once; the status change fences the rest.
+    let c = snapshot(&store, "item-q7").await;
+    assert_eq!(
+        commit(&store, commit_of(&c, Some(ItemStatus::Visible))).await,
+        CommitOutcome::Transitioned { version: 2 }
+    );
+    assert_eq!(
+        commit(&store, commit_of(&c, Some(ItemStatus::Rejected))).await,
+        CommitOutcome::Stale
+    );
+}
+
+/// Deliveries of one item to one endpoint are claimed in version order: a
+/// later version waits while an earlier one is pending (even when it is
+/// failing), and goes once the earlier one is delivered or dead.
+async fn deliveries_are_claimed_in_version_order(setup: Setup) {
+    let (store, _dir) = open(setup).await;
+    create(&store, "item-d").await;
+    let statuses = [ItemStatus::Visible, ItemStatus::HeldForReview, ItemStatus::Rejected];
+    let mut from = ItemStatus::PendingScan;
+    for (i, to) in statuses.into_iter().enumerate() {
+        let req = request("item-d", i as i64 + 1, from, to, Actor::Moderator);
+        assert!(matches!(
+            store.transition(&req).await.unwrap(),
+            Transition::Applied { .. }
+        ));
+        from = to;
+    }
+    let endpoints = [
+        EndpointFilter {
+            name: "all".into(),
+            statuses: vec![],
+            kinds: vec![],
+        },
+        EndpointFilter {
+            name: "rejections".into(),
+            statuses: vec![ItemStatus::Rejected],
+            kinds: vec![],
+        },
+    ];
+    let now = now_ms();
+    assert_eq!(store.fan_out(&endpoints, now, 100).await.unwrap(), 4);
+    assert_eq!(store.fan_out(&endpoints, now, 100).await.unwrap(), 0, "fanned out once");
+    let claim = |at: i64, known: &'static [&'static str]| {
+        let store = store.clone();
+        async move {
+            let mut c: Vec<(String, i64)> = store
+                .claim_deliveries(known, at, at + 1_000, 100)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|d| (d.endpoint, d.change.item_version))
+                .collect();
+            c.sort();
+            c
+        }
+    };
+    const BOTH: &[&str] = &["all", "rejections"];
+    // A process that knows neither endpoint claims nothing.
+    assert!(claim(now, &["elsewhere"]).await.is_empty());
+    // Version 1 for "all"; "rejections" only wants version 4, its first.
+    let first = claim(now, BOTH).await;
+    assert_eq!(first, vec![("all".to_string(), 1), ("rejections".to_string(), 4)]);
+    assert!(claim(now, BOTH).await.is_empty(), "claimed deliveries are leased");
+    let all = store.deliveries(true, 100).await.unwrap();
+    let id_of = |v: i64| {
+        all.iter()
+            .find(|d| d.endpoint == "all" && d.item_version == v)
+            .unwrap()
+            .id
+    };
+    // Version 1 fails and is retried later: version 2 must still wait.
+    store
+        .delivery_failed(id_of(1), "HTTP 500", Some(now + 10))
+        .await
+        .unwrap();
+    assert_eq!(claim(now + 5, BOTH).await, Vec::<(String, i64)>::new());
+    assert_eq!(claim(now + 20, BOTH).await, vec![("all".to_string(), 1)]);
+    store.delivery_succeeded(id_of(1), now + 21).await.unwrap();
+    assert_eq!(claim(now + 22, BOTH).await, vec![("all".to_string(), 2)]);
+    // A dead delivery no longer holds the item back; replay makes it pending again.
+    store.delivery_failed(id_of(2), "HTTP 410", None).await.unwrap();
+    assert_eq!(claim(now + 23, BOTH).await, vec![("all".to_string(), 3)]);
+    let dead = store.deliveries(false, 100).await.unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(
+        (dead[0].item_version, dead[0].last_error.as_deref()),
+        (2, Some("HTTP 410"))
+    );
+    assert_eq!(dead[0].status, DeliveryStatus::Dead);
+    assert!(store.replay_delivery(dead[0].id, now + 24).await.unwrap());
+    assert!(
+        !store.replay_delivery(dead[0].id, now + 24).await.unwrap(),
+        "only a dead one"
+    );
+}
+
+/// A manual decision wins: later automated transitions and evaluation
+/// commits are refused by the conditional update itself.
+async fn automated_changes_are_refused_after_a_moderator_decided(setup: Setup) {
+    let (store, _dir) = open(setup).await;
+    create(&store, "item-m").await;
+    let manual = request(
+        "item-m",
+        1,
+        ItemStatus::PendingScan,
+        ItemStatus::Visible,
+        Actor::Moderator,
+    );
+    assert_eq!(
+        store.transition(&manual).await.unwrap(),
+        Transition::Applied { version: 2 }
+    );
+    let auto = request("item-m", 2, ItemStatus::Visible, ItemStatus::Rejected, Actor::Rules);
+    assert_eq!(store.transition(&auto).await.unwrap(), Transition::Stale);
+    let data = snapshot(&store, "item-m").await;
+    assert_eq!(
+        commit(&store, commit_of(&data, Some(ItemStatus::Rejected))).await,
+        CommitOutcome::Stale
+    );
+    let d = store.item_details("item-m").await.unwrap().unwrap();
+    assert_eq!(d.item.status, ItemStatus::Visible);
+    assert_eq!(d.item.decided_by, Some(Actor::Moderator));
+    assert!(d.decisions.is_empty(), "a refused commit writes nothing");
+    assert_eq!(d.transitions[1].actor_name.as_deref(), Some("mod"));
+    // The moderator may still change their mind.
+    let again = request("item-m", 2, ItemStatus::Visible, ItemStatus::Rejected, Actor::Moderator);
+    assert_eq!(
+        store.transition(&again).await.unwrap(),
+        Transition::Applied { version: 3 }
+    );
+}
+
+/// Evaluation commits are fenced by the snapshot; an event after the
+/// snapshot keeps the item scheduled.
+async fn evaluation_commits_are_fenced_and_keep_late_events_scheduled(setup: Setup) {
+    let (store, _dir) = open(setup).await;
+    create(&store, "item-e").await;
+    for actor in ["u1", "u2", "u3"] {
+        assert!(matches!(
+            append(&store, "item-e", EventKind::Flag, actor).await,
+            EventOutcome::Appended(_)
+        ));
+    }
+    let data = snapshot(&store, "item-e").await;
+    assert_eq!(data.counters, vec![("flag".to_string(), 3)]);
+    assert_eq!(data.trigger.len(), 3);
+    assert_eq!(data.item.event_seq, 3);
+    // An event lands while the evaluation runs.
+    append(&store, "item-e", EventKind::Upvote, "u4").await;
+    let c = EvaluationCommit {
+        decisions: vec![decision("a"), decision("b")],
+        ..commit_of(&data, Some(ItemStatus::HeldForReview))
+    };
+    assert_eq!(
+        commit(&store, c.clone()).await,
+        CommitOutcome::Transitioned { version: 2 }
+    );
+    let item = store.item("item-e").await.unwrap().unwrap();
+    assert!(
+        item.needs_eval_since.is_some(),
+        "the late event still needs an evaluation"
+    );
+    assert_eq!(
+        store.pending_evaluations(now_ms(), 10).await.unwrap(),
+        vec!["item-e".to_string()]
+    );
+    // The same snapshot committed again (a second worker after lease loss) is refused.
+    assert_eq!(commit(&store, c).await, CommitOutcome::Stale);
+    let d = store.item_details("item-e").await.unwrap().unwrap();
+    assert_eq!(d.decisions.len(), 2);
+    assert_eq!(d.transitions.len(), 2);
+    // A follow-up that saw every event clears the mark without a transition.
+    let data = snapshot(&store, "item-e").await;
+    assert_eq!(data.trigger.len(), 1, "only the event since the last evaluation");
+    assert_eq!(commit(&store, commit_of(&data, None)).await, CommitOutcome::Recorded);
+    assert_eq!(store.item("item-e").await.unwrap().unwrap().needs_eval_since, None);
+}
+
+/// Idempotency keys: claimed by the unique constraint, replayed, reused
+/// with another request, per scope, and released only by their token.
+async fn idempotency_keys_claim_replay_and_mismatch(setup: Setup) {
+    let (store, _dir) = open(setup).await;
+    let claim = |hash: &str, scope: &str| IdempotencyClaim {
+        scope: scope.into(),
+        key: "k-1".into(),
+        request_hash: hash.into(),
+        lock_ms: 60_000,
+        ttl_ms: 600_000,
+    };
+    let IdempotencyStart::Started { token } = store.idempotency_start(&claim("h1", "web")).await.unwrap() else {
+        panic!("a new key starts")
+    };
+    assert_eq!(
+        store.idempotency_start(&claim("h1", "web")).await.unwrap(),
+        IdempotencyStart::InFlight
+    );
+    assert_eq!(
+        store.idempotency_start(&claim("h2", "web")).await.unwrap(),
+        IdempotencyStart::Mismatch
+    );
+    // Another token cannot release it; its own can.
+    store.idempotency_release("web", "k-1", "not-the-token").await.unwrap();
+    assert_eq!(
+        store.idempotency_start(&claim("h1", "web")).await.unwrap(),
+        IdempotencyStart::InFlight
+    );
+    store.idempotency_release("web", "k-1", &token).await.unwrap();
+    let IdempotencyStart::Started { token } = store.idempotency_start(&claim("h1", "web")).await.unwrap() else {
+        panic!("a released key starts again")
+    };
+    let w = ItemWrite {
+        key: Some(KeyCompletion {
+            scope: "web".into(),
+            key: "k-1".into(),
+            token,
+            status: 202,
+        }),
+        ..write(new_item("item-i"))
+    };
+    let item = created(store.create_items(&[w]).await.unwrap().remove(0));
+    assert_eq!(
+        store.idempotency_start(&claim("h1", "web")).await.unwrap(),
+        IdempotencyStart::Replay {
+            status: 202,
+            body: body(&item),
+        }
+    );
+    // Another scope is another key.
+    assert!(matches!(
+        store.idempotency_start(&claim("h1", "app")).await.unwrap(),
+        IdempotencyStart::Started { .. }
+    ));
+}
+
+/// I6: a request still in flight when its key's lock expires; a retry takes
+/// the key over. Exactly one effect commits (the claim token is checked in
+/// the effect's own transaction), and the stored response is that one's.
+/// Expired keys are deleted by retention (by the database's clock).
+async fn a_key_taken_over_after_its_lock_lets_one_effect_commit(setup: Setup) {
+    let (store, _dir) = open(setup).await;
+    let claim = IdempotencyClaim {
+        scope: "web".into(),
+        key: "slow".into(),
+        request_hash: "h".into(),
+        lock_ms: 100,
+        ttl_ms: 1_000,
+    };
+    let IdempotencyStart::Started { token: first } = store.idempotency_start(&claim).await.unwrap() else {
+        panic!()
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let IdempotencyStart::Started { token: retry } = store.idempotency_start(&claim).await.unwrap() else {
+        panic!("after the lock, the same request takes the key over")
+    };
+    assert_ne!(first, retry);
+    let keyed = |id: &str, token: &str| ItemWrite {
+        key: Some(KeyCompletion {
+            scope: "web".into(),
+            key: "slow".into(),
+            token: token.into(),
+            status: 202,
+        }),
+        ..write(new_item(id))
+    };
+    // Both effects in one batch and in separate ones: only the holder's commits.
+    let outcomes = store
+        .create_items(&[keyed("item-slow", &first), keyed("item-retry", &retry)])
+        .await
+        .unwrap();
+    assert_eq!(outcomes[0], CreateOutcome::KeyLost);
+    let item = created(outcomes[1].clone());
+    assert!(
+        store.item("item-slow").await.unwrap().is_none(),
+        "the slow request's effect was not applied"
+    );
+    assert_eq!(
+        store.create_items(&[keyed("item-slow-2", &first)]).await.unwrap()[0],
+        CreateOutcome::KeyLost
+    );
+    assert_eq!(
+        store.idempotency_start(&claim).await.unwrap(),
+        IdempotencyStart::Replay {
+            status: 202,
+            body: body(&item)
+        }
+    );
+    // Events complete keys the same way.
+    let IdempotencyStart::Started { token: e1 } = store
+        .idempotency_start(&IdempotencyClaim {
+            key: "ev".into(),
+            ..claim.clone()
+        })
+        .await
+        .unwrap()
+    else {
+        panic!()
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let IdempotencyStart::Started { token: e2 } = store
+        .idempotency_start(&IdempotencyClaim {
+            key: "ev".into(),
+            ..claim.clone()
+        })
+        .await
+        .unwrap()
+    else {
+        panic!()
+    };
+    let ev = |token: &str| EventWrite {
+        key: Some(KeyCompletion {
+            scope: "web".into(),
+            key: "ev".into(),
+            token: token.into(),
+            status: 202,
+        }),
+        ..event("item-retry", EventKind::Flag, "u")
+    };
+    let outcomes = store.append_events(&[ev(&e1), ev(&e2)]).await.unwrap();
+    assert_eq!(outcomes[0], EventOutcome::KeyLost);
+    assert!(matches!(outcomes[1], EventOutcome::Appended(_)));
+    assert_eq!(
+        snapshot(&store, "item-retry").await.counters,
+        vec![("flag".to_string(), 1)],
+        "one vote, not two"
+    );
+    // Past their TTL, keys are deleted by retention.
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let pruned = store.prune(&RetentionPolicy::default(), now_ms()).await.unwrap();
+    assert_eq!(pruned.idempotency_keys, 2);
+}
+
+/// `external_id` is unique per client, decided by the constraint; a
+/// duplicate releases its key at once.
+async fn external_ids_are_unique_per_client(setup: Setup) {
+    let (store, _dir) = open(setup).await;
+    let with_ext = |id: &str, client: &str| {
+        write(NewItem {
+            external_id: Some("post-1".into()),
+            client: client.into(),
+            ..new_item(id)
+        })
+    };
+    created(
+        store
+            .create_items(&[with_ext("item-x1", "web")])
+            .await
+            .unwrap()
+            .remove(0),
+    );
+    assert_eq!(
+        store.create_items(&[with_ext("item-x2", "web")]).await.unwrap()[0],
+        CreateOutcome::DuplicateExternalId {
+            existing_id: "item-x1".into()
+        }
+    );
+    assert!(store.item("item-x2").await.unwrap().is_none());
+    created(
+        store
+            .create_items(&[with_ext("item-x3", "app")])
+            .await
+            .unwrap()
+            .remove(0),
+    );
+}
+
+/// The review queue pages through held items, oldest first, without gaps.
+async fn review_queue_pages_without_gaps(setup: Setup) {
+    let (store, _dir) = open(setup).await;
+    for i in 0..7 {
+        let id = format!("item-r{i}");
+        create(&store, &id).await;
+        let hold = request(&id, 1, ItemStatus::PendingScan, ItemStatus::HeldForReview, Actor::Rules);
+        store.transition(&hold).await.unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = store.review_queue(cursor.as_ref(), 3).await.unwrap();
+        if page.is_empty() {
+            break;
+        }
+        cursor = page.last().map(|i| (i.updated_at, i.id.clone()));
+        seen.extend(page.into_iter().map(|i| i.id));
+    }
+    let mut expected: Vec<String> = (0..7).map(|i| format!("item-r{i}")).collect();
+    expected.sort();
+    let mut sorted = seen.clone();
+    sorted.sort();
+    assert_eq!(sorted, expected);
+    assert_eq!(seen.len(), 7, "no item twice");
+}
+
+/// Group commit: a batch of submissions in one transaction gives each its
+/// own outcome, in order; a duplicate `external_id` (even one earlier in
+/// the same batch) writes nothing and does not stop the others.
+async fn batched_submissions_keep_each_outcome(setup: Setup) {
+    let (store, _dir) = open(setup).await;
+    let ext = |id: &str, e: Option<&str>| ItemWrite {
+        decisions: vec![decision("sync")],
+        ..write(NewItem {
+            external_id: e.map(Into::into),
+            ..new_item(id)
+        })
+    };
+    created(
+        store
+            .create_items(&[ext("item-b0", Some("ext-0"))])
+            .await
+            .unwrap()
+            .remove(0),
+    );
+    let batch = [
+        ext("item-b1", Some("ext-1")),
+        ext("item-b2", Some("ext-0")),
+        ext("item-b3", None),
+        ext("item-b4", Some("ext-1")),
+    ];
+    let outcomes = store.create_items(&batch).await.unwrap();
+    assert_eq!(outcomes.len(), 4);
+    assert!(matches!(&outcomes[0], CreateOutcome::Created { item, .. } if item.id == "item-b1"));
+    assert_eq!(
+        outcomes[1],
+        CreateOutcome::DuplicateExternalId {
+            existing_id: "item-b0".into()
+        }
+    );
+    assert!(matches!(&outcomes[2], CreateOutcome::Created { item, .. } if item.id == "item-b3"));
+    assert_eq!(
+        outcomes[3],
+        CreateOutcome::DuplicateExternalId {
+            existing_id: "item-b1".into()
+        }
+    );
+    for (id, exists) in [
+        ("item-b1", true),
+        ("item-b2", false),
+        ("item-b3", true),
+        ("item-b4", false),
+    ] {
+        let details = store.item_details(id).await.unwrap();
+        assert_eq!(details.is_some(), exists, "{id}");
+        if let Some(d) = details {
+            assert_eq!(d.transitions.len(), 1, "{id}: one creation audit row");
+            assert_eq!(d.decisions.len(), 1, "{id}: its sync decision");
+        }
+    }
+    assert_eq!(changes_of(&store, "item-b1", 1).await.len(), 1);
+    assert_eq!(changes_of(&store, "item-b3", 1).await.len(), 1);
+}
+
+/// The duplicate-text check is decided inside the write's transaction,
+/// with the author's row locked: however the copies are batched or raced,
+/// exactly the copies from the threshold on are held.
+async fn duplicate_text_is_counted_inside_the_transaction(setup: Setup) {
+    let (store, _dir) = open(setup).await;
+    let copy = |i: usize| {
+        let mut w = write(NewItem {
+            body: "buy now".into(),
+            fingerprint: gavel::fingerprint::fingerprint("buy now"),
+            author: "spammer".into(),
+            ..new_item(&format!("item-dup-{i}"))
+        });
+        w.duplicates.hold_at = 3;
+        w
+    };
+    // Two in one batch, then eight racing in batches of one.
+    let first = store.create_items(&[copy(0), copy(1)]).await.unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 2..10 {
+        let (store, w) = (store.clone(), copy(i));
+        tasks.spawn(async move { store.create_items(&[w]).await.unwrap().remove(0) });
+    }
+    let mut statuses: Vec<ItemStatus> = first
+        .into_iter()
+        .chain(tasks.join_all().await)
+        .map(|o| created(o).status)
+        .collect();
+    statuses.sort_by_key(|s| s.as_str());
+    let held = statuses.iter().filter(|s| **s == ItemStatus::HeldForReview).count();
+    assert_eq!(held, 8, "copies 3..=10 are held: {statuses:?}");
+    let items = store.author_items("web", "spammer", 100).await.unwrap();
+    assert_eq!(items.len(), 10);
+}
+
+/// Events in one batch: each gets its own sequence number and outcome; an
+/// unknown or deleted item fails alone; counters count every event once.
+async fn batched_events_each_count_once(setup: Setup) {
+    let (store, _dir) = open(setup).await;
+    create(&store, "item-ev").await;
+    create(&store, "item-gone").await;
+    let delete = request(
+        "item-gone",
+        1,
+        ItemStatus::PendingScan,
+        ItemStatus::Deleted,
+        Actor::Moderator,
+    );
+    store.transition(&delete).await.unwrap();
+    let outcomes = store
+        .append_events(&[
+            event("item-ev", EventKind::Flag, "a"),
+            event("nope", EventKind::Flag, "b"),
+            event("item-ev", EventKind::Flag, "c"),
+            event("item-gone", EventKind::Flag, "d"),
+            event("item-ev", EventKind::Upvote, "e"),
+        ])
+        .await
+        .unwrap();
+    let seqs: Vec<Option<i64>> = outcomes
+        .iter()
+        .map(|o| match o {
+            EventOutcome::Appended(a) => Some(a.event_seq),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(seqs, vec![Some(1), None, Some(2), None, Some(3)]);
+    assert_eq!(outcomes[1], EventOutcome::NotFound);
+    assert_eq!(outcomes[3], EventOutcome::Deleted);
+    let data = snapshot(&store, "item-ev").await;
+    assert_eq!(data.counters, vec![("flag".to_string(), 2), ("upvote".to_string(), 1)]);
+    assert_eq!(
+        data.trigger.iter().map(|t| t.1.as_str()).collect::<Vec<_>>(),
+        ["a", "c", "e"]
+    );
+}
+
+/// Group commit: a batch of evaluation commits keeps every fence; a stale
+/// one in the middle writes nothing and the others apply.
+async fn batched_evaluation_commits_are_each_fenced(setup: Setup) {
+    let (store, _dir) = open(setup).await;
+    for id in ["item-e1", "item-e2", "item-e3"] {
+        create(&store, id).await;
+    }
+    let snaps = [
+        snapshot(&store, "item-e1").await,
+        snapshot(&store, "item-e2").await,
+        snapshot(&store, "item-e3").await,
+    ];
+    // item-e2 moved on (a moderator) since its snapshot.
+    let manual = request(
+        "item-e2",
+        1,
+        ItemStatus::PendingScan,
+        ItemStatus::Visible,
+        Actor::Moderator,
+    );
+    assert_eq!(
+        store.transition(&manual).await.unwrap(),
+        Transition::Applied { version: 2 }
+    );
+    let outcomes = store
+        .commit_evaluations(&[
+            commit_of(&snaps[0], Some(ItemStatus::HeldForReview)),
+            commit_of(&snaps[1], Some(ItemStatus::Rejected)),
+            commit_of(&snaps[2], None),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        outcomes,
+        [
+            CommitOutcome::Transitioned { version: 2 },
+            CommitOutcome::Stale,
+            CommitOutcome::Recorded
+        ]
+    );
+    let e1 = store.item_details("item-e1").await.unwrap().unwrap();
+    assert_eq!(e1.item.status, ItemStatus::HeldForReview);
+    assert_eq!((e1.transitions.len(), e1.decisions.len()), (2, 1));
+    let e2 = store.item_details("item-e2").await.unwrap().unwrap();
+    assert_eq!(e2.item.status, ItemStatus::Visible);
+    assert!(e2.decisions.is_empty(), "a stale commit in a batch writes nothing");
+    let e3 = store.item_details("item-e3").await.unwrap().unwrap();
+    assert_eq!(e3.item.status, ItemStatus::PendingScan);
+    assert_eq!(e3.item.needs_eval_since, None);
+    assert_eq!(e3.decisions.len(), 1);
+    // Two commits of one item in one batch: applied in order, each fenced.
+    let snap = snapshot(&store, "item-e3").await;
+    let outcomes = store
+        .commit_evaluations(&[
+            commit_of(&snap, Some(ItemStatus::Visible)),
+            commit_of(&snap, Some(ItemStatus::Rejected)),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        outcomes,
+        [CommitOutcome::Transitioned { version: 2 }, CommitOutcome::Stale]
+    );
+}
+
+/// Group commit through [`Writes`]: many concurrent submissions share
+/// transactions; one that cannot commit (its id is taken) fails alone, and
+/// every other one is stored with its audit row.
+async fn a_failing_write_fails_alone_in_a_group_commit(setup: Setup) {
+    let (store, _dir) = open(setup).await;
+    create(&store, "item-g-taken").await;
+    let writes = Writes::start(store.clone(), &gavel::metrics::Metrics::new());
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..200 {
+        let writes = writes.clone();
+        let id = if i == 100 {
+            "item-g-taken".to_string()
+        } else {
+            format!("item-g{i}")
+        };
+        tasks.spawn(async move {
+            let outcome = writes.create_item(write(new_item(&id))).await;
+            (id, outcome)
+        });
+    }
+    let mut failed = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        let (id, outcome) = r.unwrap();
+        match outcome {
+            Ok(CreateOutcome::Created { item, .. }) => assert_eq!(item.id, id),
+            Ok(other) => panic!("{id}: {other:?}"),
+            Err(_) => failed.push(id),
+        }
+    }
+    assert_eq!(failed, ["item-g-taken"]);
+    let (batches, writes_taken) = writes.item_counts();
+    assert_eq!(writes_taken, 200);
+    assert!(
+        batches < 200,
+        "concurrent writes shared transactions ({batches} batches)"
+    );
+    for i in (0..200).filter(|i| *i != 100) {
+        let d = store.item_details(&format!("item-g{i}")).await.unwrap().unwrap();
+        assert_eq!(d.transitions.len(), 1);
+    }
+    let taken = store.item_details("item-g-taken").await.unwrap().unwrap();
+    assert_eq!(taken.transitions.len(), 1, "the first item is untouched");
+}
+
+/// Retention deletes what is past its time and nothing else: evaluated
+/// events (never one still waiting for its evaluation), delivered
+/// deliveries and their outbox rows (never a pending or dead one), old
+/// callbacks.
+async fn retention_deletes_only_what_is_past_its_time(setup: Setup) {
+    let (store, _dir) = open(setup).await;
+    create(&store, "item-old").await;
+    append(&store, "item-old", EventKind::Flag, "u1").await;
+    let data = snapshot(&store, "item-old").await;
+    assert_eq!(
+        commit(&store, commit_of(&data, Some(ItemStatus::Visible))).await,
+        CommitOutcome::Transitioned { version: 2 }
+    );
+    append(&store, "item-old", EventKind::Flag, "u2").await; // not evaluated yet
+    let endpoints = [EndpointFilter {
+        name: "all".into(),
+        statuses: vec![],
+        kinds: vec![],
+    }];
+    store.fan_out(&endpoints, now_ms(), 100).await.unwrap();
+    let claimed = store
+        .claim_deliveries(&["all"], now_ms(), now_ms() + 1_000, 10)
+        .await
+        .unwrap();
+    assert_eq!(claimed.len(), 1, "version 1 first");
+    store.delivery_succeeded(claimed[0].id, now_ms()).await.unwrap();
+    // Keep everything younger than an hour: nothing goes.
+    let policy = RetentionPolicy {
+        outbox_ms: Some(3_600_000),
+        events_ms: Some(3_600_000),
+        callbacks_ms: Some(3_600_000),
+        ..RetentionPolicy::default()
+    };
+    assert_eq!(store.prune(&policy, now_ms()).await.unwrap().total(), 0);
+    // A day later: the evaluated event, the delivered delivery and its outbox row.
+    let later = now_ms() + 86_400_000;
+    let pruned = store.prune(&policy, later).await.unwrap();
+    assert_eq!(
+        (pruned.events, pruned.deliveries, pruned.outbox),
+        (1, 1, 1),
+        "{pruned:?}"
+    );
+    let data = snapshot(&store, "item-old").await;
+    assert_eq!(
+        data.trigger.len(),
+        1,
+        "the event still waiting for its evaluation stays"
+    );
+    assert_eq!(
+        data.counters,
+        vec![("flag".to_string(), 2)],
+        "counters keep their totals"
+    );
+    assert_eq!(
+        store.deliveries(true, 10).await.unwrap().len(),
+        1,
+        "version 2's delivery is still pending"
+    );
+    assert_eq!(store.prune(&policy, later).await.unwrap().total(), 0, "caught up");
+}
+
+/// S1: the embedded default makes every commit durable against power loss
+/// (`synchronous = FULL`); `NORMAL` is an explicit opt-in.
+async fn sqlite_commits_are_durable_by_default(setup: Setup) {
+    assert_eq!(setup, Setup::Embedded);
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("full.db").display());
+    let full = SqliteStore::open(&url, 1, Synchronous::default()).await.unwrap();
+    assert_eq!(full.synchronous().await.unwrap(), 2, "FULL");
+    let url = format!("sqlite://{}", dir.path().join("normal.db").display());
+    let normal = SqliteStore::open(&url, 1, Synchronous::Normal).await.unwrap();
+    assert_eq!(normal.synchronous().await.unwrap(), 1, "NORMAL");
+    let config: gavel::config::Config = toml::from_str("sqlite_synchronous = \"normal\"").unwrap();
+    assert_eq!(config.sqlite_synchronous, Synchronous::Normal);
+    assert_eq!(gavel::config::Config::default().sqlite_synchronous, Synchronous::Full);
+}
+
+gavel_tests::both!(
+    concurrent_transitions_from_one_state_have_one_winner,
+    every_commit_path_racing_on_one_item_has_one_winner,
+    an_older_snapshot_never_overwrites_a_newer_evaluation,
+    deliveries_are_claimed_in_version_order,
+    automated_changes_are_refused_after_a_moderator_decided,
+    evaluation_commits_are_fenced_and_keep_late_events_scheduled,
+    idempotency_keys_claim_replay_and_mismatch,
+    a_key_taken_over_after_its_lock_lets_one_effect_commit,
+    external_ids_are_unique_per_client,
+    review_queue_pages_without_gaps,
+    batched_submissions_keep_each_outcome,
+    duplicate_text_is_counted_inside_the_transaction,
+    batched_events_each_count_once,
+    batched_evaluation_commits_are_each_fenced,
+    a_failing_write_fails_alone_in_a_group_commit,
+    retention_deletes_only_what_is_past_its_time,
+);
+gavel_tests::matrix!([embedded_only: Embedded] sqlite_commits_are_durable_by_default);
