@@ -140,6 +140,50 @@ impl Judgement {
     }
 }
 
+/// Records one evaluation: its metrics, its failure logged, and its
+/// outcome fed to the plugin's circuit breaker (a change of the breaker goes
+/// to the plugin history).
+fn observe(registry: &Registry, p: &RegisteredPlugin, e: &Evaluation, admission: Admission, metrics: &Metrics) {
+    let labels = Metrics::plugin(&e.plugin.name, &e.plugin.version);
+    metrics
+        .rule_evaluation_seconds
+        .get_or_create(&labels)
+        .observe(e.duration.as_secs_f64());
+    metrics
+        .rule_evaluations
+        .get_or_create(&crate::metrics::PluginOutcomeLabels {
+            plugin: labels.plugin,
+            version: labels.version,
+            outcome: e.outcome.as_str(),
+        })
+        .inc();
+    if e.outcome != Outcome::Ok {
+        tracing::warn!(
+            plugin = %e.plugin.name, version = %e.plugin.version, outcome = %e.outcome,
+            error = e.error.as_deref().unwrap_or(""), "rule evaluation failed"
+        );
+    }
+    if let Some(change) = p
+        .breaker
+        .record(now_ms(), e.outcome.is_failure(), admission == Admission::Probe)
+    {
+        registry.breaker_changed(p, &change);
+        match &change {
+            crate::rules::BreakerChange::Opened { detail } => {
+                metrics.plugin_quarantines.inc();
+                tracing::error!(
+                    plugin = %e.plugin.name, version = %e.plugin.version, digest = %e.plugin.digest,
+                    %detail, "plugin quarantined: its circuit breaker opened"
+                );
+            }
+            crate::rules::BreakerChange::Recovered => tracing::info!(
+                plugin = %e.plugin.name, version = %e.plugin.version, digest = %e.plugin.digest,
+                "plugin recovered: a probe evaluation succeeded"
+            ),
+        }
+    }
+}
+
 /// Runs every enabled plugin of `phase` its breaker admits on `snapshot`
 /// (each with its own config and limits) and combines their verdicts. A
 /// host-side failure of any plugin fails the whole judgement (a rule is
@@ -166,44 +210,7 @@ pub fn judge(
         snapshot.config.clone_from(&p.config);
         let span = tracing::debug_span!("rule.evaluate", plugin = %p.plugin.info.name, plugin_version = %p.plugin.info.version, item = %snapshot.item.id);
         let e = span.in_scope(|| p.evaluate(engine, snapshot, phase))?;
-        let labels = Metrics::plugin(&e.plugin.name, &e.plugin.version);
-        metrics
-            .rule_evaluation_seconds
-            .get_or_create(&labels)
-            .observe(e.duration.as_secs_f64());
-        metrics
-            .rule_evaluations
-            .get_or_create(&crate::metrics::PluginOutcomeLabels {
-                plugin: labels.plugin,
-                version: labels.version,
-                outcome: e.outcome.as_str(),
-            })
-            .inc();
-        if e.outcome != Outcome::Ok {
-            tracing::warn!(
-                plugin = %e.plugin.name, version = %e.plugin.version, outcome = %e.outcome,
-                error = e.error.as_deref().unwrap_or(""), "rule evaluation failed"
-            );
-        }
-        if let Some(change) = p
-            .breaker
-            .record(now_ms(), e.outcome.is_failure(), admission == Admission::Probe)
-        {
-            registry.breaker_changed(p, &change);
-            match &change {
-                crate::rules::BreakerChange::Opened { detail } => {
-                    metrics.plugin_quarantines.inc();
-                    tracing::error!(
-                        plugin = %e.plugin.name, version = %e.plugin.version, digest = %e.plugin.digest,
-                        %detail, "plugin quarantined: its circuit breaker opened"
-                    );
-                }
-                crate::rules::BreakerChange::Recovered => tracing::info!(
-                    plugin = %e.plugin.name, version = %e.plugin.version, digest = %e.plugin.digest,
-                    "plugin recovered: a probe evaluation succeeded"
-                ),
-            }
-        }
+        observe(registry, p, &e, admission, metrics);
         evaluations.push((p.clone(), e));
     }
     let enforcing = || evaluations.iter().filter(|(p, _)| p.mode == Mode::Enforce);

@@ -83,34 +83,14 @@ pub async fn serve_with_metrics(
     metrics: Arc<metrics::Metrics>,
 ) -> anyhow::Result<()> {
     let config = Arc::new(config);
-    let tokens = config::resolve_tokens(&config)?;
+    let tokens = config::resolve_tokens(&config.tokens, &config.data_dir)?;
     let store = store::open(&config.store_options()).await?;
     let engine = Arc::new(rules::RuleEngine::new(config.limits.clone())?.with_cache(&config.data_dir.join("cache"))?);
     let pool = Arc::new(rules::EvaluationPool::new(config.evaluation.threads)?);
     let cancel = CancellationToken::new();
     let mut tasks = tokio::task::JoinSet::new();
 
-    // Plugin loads, unloads, quarantines and failures go to the plugin
-    // history, in order.
-    let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
-    let history = tokio::spawn(record_plugin_history(store.clone(), metrics.clone(), events_rx));
-    let registry = Arc::new(rules::Registry::new(engine).with_events(events_tx));
-    {
-        let (registry, dir) = (registry.clone(), config.plugin_dir.clone());
-        tokio::task::spawn_blocking(move || {
-            if let Err(e) = registry.load_dir(&dir) {
-                tracing::error!(dir = %dir.display(), error = %e, "cannot read the plugin directory; running with no plugins");
-            }
-        })
-        .await?;
-    }
-    let watcher = match rules::PluginWatcher::start(registry.clone(), config.plugin_dir.clone()) {
-        Ok(w) => Some(w),
-        Err(e) => {
-            tracing::error!(dir = %config.plugin_dir.display(), error = %e, "cannot watch the plugin directory; hot reload is off");
-            None
-        }
-    };
+    let (registry, watcher, history) = load_plugins(&config, engine, store.clone(), metrics.clone()).await?;
     let coordinator = coordinator::open(
         config.redis_url.as_deref(),
         &config.redis_prefix,
@@ -135,32 +115,7 @@ pub async fn serve_with_metrics(
     });
     tasks.spawn(worker.clone().sample_queue(cancel.clone()));
     if config.role.evaluates() {
-        tasks.spawn(worker.clone().claim_loop(cancel.clone()));
-        tasks.spawn(worker.clone().reconcile_loop(cancel.clone()));
-        let dispatcher = delivery::Dispatcher::new(
-            store.clone(),
-            config.webhooks.clone(),
-            config.delivery.clone(),
-            metrics.clone(),
-        )?;
-        tasks.spawn(Arc::new(dispatcher).run(cancel.clone()));
-        let requester = providers::Requester::new(
-            store.clone(),
-            config.providers.clone(),
-            config.public_url(),
-            metrics.clone(),
-            // Provider deadlines and retries are seconds apart: a tenth of a second is plenty.
-            Duration::from_millis(100),
-        )?;
-        tasks.spawn(Arc::new(requester).run(cancel.clone()));
-        if config.retention.enabled {
-            tasks.spawn(prune_loop(
-                store.clone(),
-                config.retention.clone(),
-                metrics.clone(),
-                cancel.clone(),
-            ));
-        }
+        start_evaluating(&mut tasks, &config, &store, &worker, &metrics, &cancel)?;
     }
 
     let state = api::AppState::new(api::StateParts {
@@ -196,6 +151,77 @@ pub async fn serve_with_metrics(
     // The registry (and its event sender) is gone once every clone is dropped;
     // wait a little for the last history rows.
     let _ = tokio::time::timeout(Duration::from_secs(2), history).await;
+    Ok(())
+}
+
+type History = tokio::task::JoinHandle<()>;
+
+/// Loads the plugin directory and watches it; plugin events go to the
+/// plugin history, in order, through the returned task.
+async fn load_plugins(
+    config: &config::Config,
+    engine: Arc<rules::RuleEngine>,
+    store: store::SharedStore,
+    metrics: Arc<metrics::Metrics>,
+) -> anyhow::Result<(Arc<rules::Registry>, Option<rules::PluginWatcher>, History)> {
+    let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
+    let history = tokio::spawn(record_plugin_history(store, metrics, events_rx));
+    let registry = Arc::new(rules::Registry::new(engine).with_events(events_tx));
+    {
+        let (registry, dir) = (registry.clone(), config.plugin_dir.clone());
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = registry.load_dir(&dir) {
+                tracing::error!(dir = %dir.display(), error = %e, "cannot read the plugin directory; running with no plugins");
+            }
+        })
+        .await?;
+    }
+    let watcher = match rules::PluginWatcher::start(registry.clone(), config.plugin_dir.clone()) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::error!(dir = %config.plugin_dir.display(), error = %e, "cannot watch the plugin directory; hot reload is off");
+            None
+        }
+    };
+    Ok((registry, watcher, history))
+}
+
+/// Starts the tasks of a node that evaluates, side by side: claiming and
+/// reconciling evaluations, webhook delivery, provider requests, retention.
+fn start_evaluating(
+    tasks: &mut tokio::task::JoinSet<()>,
+    config: &config::Config,
+    store: &store::SharedStore,
+    worker: &Arc<worker::Worker>,
+    metrics: &Arc<metrics::Metrics>,
+    cancel: &CancellationToken,
+) -> anyhow::Result<()> {
+    tasks.spawn(worker.clone().claim_loop(cancel.clone()));
+    tasks.spawn(worker.clone().reconcile_loop(cancel.clone()));
+    let dispatcher = delivery::Dispatcher::new(
+        store.clone(),
+        config.webhooks.clone(),
+        config.delivery.clone(),
+        metrics.clone(),
+    )?;
+    tasks.spawn(Arc::new(dispatcher).run(cancel.clone()));
+    let requester = providers::Requester::new(
+        store.clone(),
+        config.providers.clone(),
+        config.public_url(),
+        metrics.clone(),
+        // Provider deadlines and retries are seconds apart: a tenth of a second is plenty.
+        Duration::from_millis(100),
+    )?;
+    tasks.spawn(Arc::new(requester).run(cancel.clone()));
+    if config.retention.enabled {
+        tasks.spawn(prune_loop(
+            store.clone(),
+            config.retention.clone(),
+            metrics.clone(),
+            cancel.clone(),
+        ));
+    }
     Ok(())
 }
 

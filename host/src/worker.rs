@@ -315,11 +315,28 @@ impl Worker {
             Ok(s) => s,
             Err(e) => return ids.iter().map(|_| Settled::Failed(Failure::Store(e.clone()))).collect(),
         };
-        let mut by_id: HashMap<String, SnapshotData> = snapshots
+        let by_id: HashMap<String, SnapshotData> = snapshots
             .into_iter()
             .filter(|d| d.item.needs_eval_since.is_some())
             .map(|d| (d.item.id.clone(), d))
             .collect();
+        let (mut settled, commits) = self.judge_all(ids, by_id).await;
+        if !commits.is_empty() {
+            self.commit_all(commits, &mut settled).await;
+        }
+        settled
+    }
+
+    /// Judges every item with a snapshot side by side on the evaluation
+    /// threads; returns each id's outcome so far and the commits to make
+    /// (index into `ids`, commit, verdict).
+    async fn judge_all(
+        &self,
+        ids: &[&str],
+        mut by_id: HashMap<String, SnapshotData>,
+    ) -> (Vec<Settled>, Vec<(usize, EvaluationCommit, crate::domain::Verdict)>) {
+        let p = &self.parts;
+        let now = now_ms();
         // Every item judged side by side on the evaluation threads.
         let mut jobs = tokio::task::JoinSet::new();
         for (i, id) in ids.iter().enumerate() {
@@ -347,21 +364,29 @@ impl Worker {
             match judged.and_then(|(data, j)| j.map(|j| (data, j))) {
                 Ok((data, judgement)) => {
                     let (commit, verdict) = self.decide(&data, &judgement);
-                    commits.push((i, (commit, verdict)));
+                    commits.push((i, commit, verdict));
                 }
                 Err(e) => settled[i] = Settled::Failed(Failure::Host(e)),
             }
         }
-        if commits.is_empty() {
-            return settled;
+        (settled, commits)
+    }
+
+    /// Commits the judgements through group commit and settles each.
+    async fn commit_all(
+        &self,
+        commits: Vec<(usize, EvaluationCommit, crate::domain::Verdict)>,
+        settled: &mut [Settled],
+    ) {
+        let p = &self.parts;
+        let mut index = Vec::with_capacity(commits.len());
+        let mut batch = Vec::with_capacity(commits.len());
+        let mut combined = Vec::with_capacity(commits.len());
+        for (i, c, verdict) in commits {
+            combined.push((c.item_id.clone(), c.from, c.to, verdict));
+            index.push(i);
+            batch.push(c);
         }
-        let (index, batch): (Vec<usize>, Vec<(EvaluationCommit, crate::domain::Verdict)>) = commits.into_iter().unzip();
-        let (batch, verdicts): (Vec<EvaluationCommit>, Vec<_>) = batch.into_iter().unzip();
-        let combined: Vec<_> = batch
-            .iter()
-            .zip(verdicts)
-            .map(|(c, v)| (c.item_id.clone(), c.from, c.to, v))
-            .collect();
         let span = tracing::info_span!("item.transition", items = batch.len());
         let outcomes = p.writes.commit_evaluations(batch).instrument(span).await;
         let committed = |verdict: crate::domain::Verdict| {
@@ -388,7 +413,6 @@ impl Worker {
                 Err(e) => Settled::Failed(Failure::Store(e)),
             };
         }
-        settled
     }
 
     /// What one judgement commits: the policy's decision, the decision rows,

@@ -58,7 +58,7 @@ pub async fn callback(
             .metrics
             .provider_callbacks
             .get_or_create(&crate::metrics::OutcomeLabel { outcome })
-            .inc()
+            .inc();
     };
     validate::path_id("provider", &provider)?;
     let Some(config) = state.config.providers.get(&provider) else {
@@ -76,54 +76,25 @@ pub async fn callback(
         tracing::warn!(%provider, error = %e, "provider callback refused");
         return Err(ApiError::new(StatusCode::UNAUTHORIZED, "bad_signature", e.to_string()));
     }
-    let cb: Callback = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request("invalid_body", format!("not a callback: {e}")))?;
-    let verdict: Verdict = cb
-        .verdict
-        .parse()
-        .ok()
-        .filter(|v| *v != Verdict::Defer)
-        .ok_or_else(|| ApiError::bad_request("invalid_body", "`verdict` must be allow, flag, hold or reject"))?;
-    for (field, value) in [
-        ("event_id", &cb.event_id),
-        ("request_key", &cb.request_key),
-        ("item_id", &cb.item_id),
-    ] {
-        validate::identifier(field, value, 512)?;
-    }
-    validate::text("reason", &cb.reason, 1024)?;
-    if !cb.score.is_finite() {
-        return Err(ApiError::bad_request("invalid_body", "`score` is not a number"));
-    }
-    let mut labels = cb.labels.clone();
-    labels.extend(cb.label.clone());
-    if labels.len() > 16 {
-        return Err(ApiError::bad_request("invalid_body", "at most 16 labels"));
-    }
-    for l in &labels {
-        validate::identifier("labels", l, 64)?;
-    }
-    let new = NewCallback {
-        provider: provider.clone(),
-        event_id: cb.event_id.clone(),
-        request_key: cb.request_key.clone(),
-        item_id: cb.item_id.clone(),
-        payload: String::from_utf8_lossy(&body).into_owned(),
-        verdict,
-        score: cb.score.clamp(0.0, 1.0),
-        labels,
-        reason: cb.reason.clone(),
-        now: crate::clock::now_ms(),
-    };
+    let new = parse_callback(&provider, &body)?;
     let span = tracing::info_span!(
         "provider.callback",
-        %provider, item = %cb.item_id, request_key = %cb.request_key, event_id = %cb.event_id
+        %provider, item = %new.item_id, request_key = %new.request_key, event_id = %new.event_id
     );
     let outcome = {
         use tracing::Instrument;
         state.store.apply_callback(&new).instrument(span.clone()).await?
     };
     let _enter = span.enter();
+    answer(outcome, new.verdict, count)
+}
+
+/// The response to a stored callback (and its count).
+fn answer(
+    outcome: CallbackOutcome,
+    verdict: Verdict,
+    count: impl Fn(&'static str),
+) -> Result<(StatusCode, Json<CallbackResponse>), ApiError> {
     let response = |status, outcome, item_version, detail| {
         count(outcome);
         Ok((
@@ -165,4 +136,47 @@ pub async fn callback(
             Err(ApiError::not_found("request for this provider and item"))
         }
     }
+}
+
+/// Reads and checks a signed callback's body.
+fn parse_callback(provider: &str, body: &[u8]) -> Result<NewCallback, ApiError> {
+    let cb: Callback = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request("invalid_body", format!("not a callback: {e}")))?;
+    let verdict: Verdict = cb
+        .verdict
+        .parse()
+        .ok()
+        .filter(|v| *v != Verdict::Defer)
+        .ok_or_else(|| ApiError::bad_request("invalid_body", "`verdict` must be allow, flag, hold or reject"))?;
+    for (field, value) in [
+        ("event_id", &cb.event_id),
+        ("request_key", &cb.request_key),
+        ("item_id", &cb.item_id),
+    ] {
+        validate::identifier(field, value, 512)?;
+    }
+    validate::text("reason", &cb.reason, 1024)?;
+    if !cb.score.is_finite() {
+        return Err(ApiError::bad_request("invalid_body", "`score` is not a number"));
+    }
+    let mut labels = cb.labels.clone();
+    labels.extend(cb.label.clone());
+    if labels.len() > 16 {
+        return Err(ApiError::bad_request("invalid_body", "at most 16 labels"));
+    }
+    for l in &labels {
+        validate::identifier("labels", l, 64)?;
+    }
+    Ok(NewCallback {
+        provider: provider.to_string(),
+        event_id: cb.event_id.clone(),
+        request_key: cb.request_key.clone(),
+        item_id: cb.item_id.clone(),
+        payload: String::from_utf8_lossy(body).into_owned(),
+        verdict,
+        score: cb.score.clamp(0.0, 1.0),
+        labels,
+        reason: cb.reason.clone(),
+        now: crate::clock::now_ms(),
+    })
 }

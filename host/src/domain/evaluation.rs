@@ -4,7 +4,7 @@
 
 use std::fmt;
 
-crate::string_enum! {
+super::string_enum! {
     /// How an evaluation ended.
     pub enum Outcome("outcome") {
         /// The rule returned a decision within every limit.
@@ -34,7 +34,7 @@ impl Outcome {
     }
 }
 
-crate::string_enum! {
+super::string_enum! {
     /// When a rule runs.
     pub enum Phase("phase") {
         /// Inline in the submission request, under a tight deadline.
@@ -44,7 +44,7 @@ crate::string_enum! {
     }
 }
 
-crate::string_enum! {
+super::string_enum! {
     /// What made a decision: a rule in the submission (`sync`) or evaluation
     /// (`async`) phase, or a provider's callback (`provider`).
     pub enum DecisionPhase("decision phase") {
@@ -63,7 +63,7 @@ impl From<Phase> for DecisionPhase {
     }
 }
 
-crate::string_enum! {
+super::string_enum! {
     /// Whether a plugin's decisions count (`enforce`) or are only recorded (`shadow`).
     #[derive(Default)]
     pub enum Mode("mode") {

@@ -2,7 +2,7 @@
 //! interaction. Each is stored as its string; the migrations' CHECK
 //! constraints list the same strings.
 
-crate::string_enum! {
+super::string_enum! {
     /// A webhook delivery of one outbox event to one endpoint.
     pub enum DeliveryStatus("delivery status") {
         /// Waiting for its (next) attempt.
@@ -14,7 +14,7 @@ crate::string_enum! {
     }
 }
 
-crate::string_enum! {
+super::string_enum! {
     /// A request to an external classifier.
     pub enum ProviderRequestStatus("provider request status") {
         /// Stored with the hand-off; not yet accepted by the provider.
@@ -39,7 +39,7 @@ impl ProviderRequestStatus {
     }
 }
 
-crate::string_enum! {
+super::string_enum! {
     /// What a provider callback did.
     pub enum CallbackResult("callback outcome") {
         /// Its answer moved the item.
@@ -53,7 +53,7 @@ crate::string_enum! {
     }
 }
 
-crate::string_enum! {
+super::string_enum! {
     /// A load of a plugin file in one process.
     pub enum PluginVersionStatus("plugin version status") {
         /// Serving.
@@ -67,7 +67,7 @@ crate::string_enum! {
     }
 }
 
-crate::string_enum! {
+super::string_enum! {
     /// An idempotency key's state.
     pub enum IdempotencyState("idempotency state") {
         /// Claimed by a request that has not committed its effect yet.
@@ -77,7 +77,7 @@ crate::string_enum! {
     }
 }
 
-crate::string_enum! {
+super::string_enum! {
     /// Interaction kinds.
     pub enum EventKind("event kind") {
         Upvote = "upvote",

@@ -48,7 +48,6 @@ pub struct UnknownVariant {
 ///     pub enum DeliveryStatus("delivery status") { Pending = "pending", Delivered = "delivered" }
 /// }
 /// ```
-#[macro_export]
 macro_rules! string_enum {
     ($(#[$meta:meta])* pub enum $name:ident($what:literal) { $($(#[$vmeta:meta])* $variant:ident = $s:literal),+ $(,)? }) => {
         $(#[$meta])*
@@ -113,6 +112,7 @@ macro_rules! string_enum {
         impl ::utoipa::ToSchema for $name {}
     };
 }
+pub(crate) use string_enum;
 
 #[cfg(test)]
 pub(crate) mod check_constraints {

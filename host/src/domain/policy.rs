@@ -5,7 +5,7 @@
 
 use super::{Actor, ItemStatus, Verdict, can_transition};
 
-crate::string_enum! {
+super::string_enum! {
     /// Why a transition happened (the audit row's `cause`).
     pub enum Cause("cause") {
         /// Stored, waiting for the asynchronous rules.

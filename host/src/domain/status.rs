@@ -4,7 +4,7 @@
 
 use super::Verdict;
 
-crate::string_enum! {
+super::string_enum! {
     /// Where an item is in its life.
     pub enum ItemStatus("item status") {
         /// Accepted by the API, not yet stored (only ever the `from` of the first transition).
@@ -24,7 +24,7 @@ crate::string_enum! {
     }
 }
 
-crate::string_enum! {
+super::string_enum! {
     /// Who causes a transition.
     pub enum Actor("actor") {
         /// gavel itself: the submission path, timeouts.

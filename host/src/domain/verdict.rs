@@ -1,6 +1,6 @@
 //! Verdicts, in order of severity, and how several are combined.
 
-crate::string_enum! {
+super::string_enum! {
     /// What a rule (or a moderator) concludes about an item. Ordered by
     /// severity: `Allow < Flag < Defer < Hold < Reject`. `Defer` hands the item
     /// to an external provider: any stricter verdict makes asking unnecessary,

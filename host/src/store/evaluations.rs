@@ -176,24 +176,29 @@ macro_rules! impl_evaluations {
                 STATEMENTS.get(name, n, |n| sql.replace("LIST", &placeholders(1, n)))
             }
 
-            async fn read_batch(tx: &mut txn::Tx<'_>, ids: &[&str], w: SnapshotWindows) -> StoreResult<Vec<SnapshotData>> {
-                let items = txn::read_items(&mut **tx, ids).await?;
-                if items.is_empty() {
-                    return Ok(Vec::new());
-                }
-                let ids: Vec<&str> = items.iter().map(|i| i.id.as_str()).collect();
-                let bind_ids = |sql: &'static str| {
-                    let mut q = sqlx::query(sql);
-                    for id in &ids {
-                        q = q.bind(*id);
-                    }
-                    q
-                };
-                let mut counters: HashMap<String, Vec<(String, i64)>> = HashMap::new();
-                let sql = in_list("counters", ids.len(), "SELECT item_id, name, value FROM counters WHERE item_id IN (LIST) ORDER BY item_id, name");
-                for r in bind_ids(sql).fetch_all(&mut **tx).await? {
+            type ByItem<T> = HashMap<String, T>;
+            type AuthorFigures = HashMap<(String, String), (i64, i64, i64)>;
+
+            /// A query over `ids` (`IN (LIST)`), its parameters bound.
+            fn over_ids<'q>(sql: &'q str, ids: &'q [&'q str]) -> sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>> {
+                ids.iter().fold(sqlx::query(sql), |q, id| q.bind(*id))
+            }
+
+            async fn read_counters(tx: &mut txn::Tx<'_>, ids: &[&str]) -> StoreResult<ByItem<Vec<(String, i64)>>> {
+                let mut counters: ByItem<Vec<(String, i64)>> = HashMap::new();
+                let sql = in_list(
+                    "counters",
+                    ids.len(),
+                    "SELECT item_id, name, value FROM counters WHERE item_id IN (LIST) ORDER BY item_id, name",
+                );
+                for r in over_ids(sql, ids).fetch_all(&mut **tx).await? {
                     counters.entry(r.try_get("item_id")?).or_default().push((r.try_get("name")?, r.try_get("value")?));
                 }
+                Ok(counters)
+            }
+
+            /// The events since each item's last evaluation (the newest 64).
+            async fn read_triggers(tx: &mut txn::Tx<'_>, ids: &[&str]) -> StoreResult<ByItem<Vec<(String, String, Millis)>>> {
                 let sql = in_list(
                     "trigger",
                     ids.len(),
@@ -202,14 +207,23 @@ macro_rules! impl_evaluations {
                      JOIN items i ON i.id = e.item_id WHERE e.item_id IN (LIST) AND e.seq > i.evaluated_seq) t \
                      WHERE r <= 64 ORDER BY item_id, seq",
                 );
-                let mut trigger: HashMap<String, Vec<(String, String, Millis)>> = HashMap::new();
-                for r in bind_ids(sql).fetch_all(&mut **tx).await? {
+                let mut trigger: ByItem<Vec<(String, String, Millis)>> = HashMap::new();
+                for r in over_ids(sql, ids).fetch_all(&mut **tx).await? {
                     trigger.entry(r.try_get("item_id")?).or_default().push((
                         r.try_get("kind")?,
                         r.try_get("actor")?,
                         r.try_get("created_at")?,
                     ));
                 }
+                Ok(trigger)
+            }
+
+            /// For the items' current content: the providers' answers, and
+            /// which provider an item still waits on.
+            async fn read_provider_state(
+                tx: &mut txn::Tx<'_>,
+                ids: &[&str],
+            ) -> StoreResult<(ByItem<Vec<ProviderAnswerRecord>>, ByItem<String>)> {
                 let sql = in_list(
                     "provider_state",
                     ids.len(),
@@ -218,9 +232,9 @@ macro_rules! impl_evaluations {
                      AND r.content_version = i.content_version WHERE r.item_id IN (LIST) \
                      AND r.status IN ('answered', 'pending', 'sent') ORDER BY r.created_at",
                 );
-                let mut answers: HashMap<String, Vec<ProviderAnswerRecord>> = HashMap::new();
-                let mut waiting: HashMap<String, String> = HashMap::new();
-                for r in bind_ids(sql).fetch_all(&mut **tx).await? {
+                let mut answers: ByItem<Vec<ProviderAnswerRecord>> = HashMap::new();
+                let mut waiting: ByItem<String> = HashMap::new();
+                for r in over_ids(sql, ids).fetch_all(&mut **tx).await? {
                     let item: String = r.try_get("item_id")?;
                     let status: ProviderRequestStatus = rows::parse(r.try_get::<&str, _>("status")?)?;
                     if status.is_active() {
@@ -236,12 +250,15 @@ macro_rules! impl_evaluations {
                         });
                     }
                 }
-                // Author figures per (client, author), then each item's own
-                // contribution taken out.
+                Ok((answers, waiting))
+            }
+
+            /// Per (client, author): items since `since`, rejected, held.
+            async fn read_author_figures(tx: &mut txn::Tx<'_>, items: &[Item], since: Millis) -> StoreResult<AuthorFigures> {
                 let mut authors: Vec<(&str, &str)> = items.iter().map(|i| (i.client.as_str(), i.author.as_str())).collect();
                 authors.sort_unstable();
                 authors.dedup();
-                let mut by_author: HashMap<(String, String), (i64, i64, i64)> = HashMap::new();
+                let mut by_author = HashMap::new();
                 for chunk in authors.chunks(256) {
                     let sql = STATEMENTS.get("author_figures", chunk.len(), |n| {
                         format!(
@@ -256,7 +273,7 @@ macro_rules! impl_evaluations {
                     });
                     let mut q = sqlx::query(sql);
                     for (client, author) in chunk {
-                        q = q.bind(*client).bind(*author).bind(w.author_since);
+                        q = q.bind(*client).bind(*author).bind(since);
                     }
                     for r in q.fetch_all(&mut **tx).await? {
                         by_author.insert(
@@ -265,7 +282,12 @@ macro_rules! impl_evaluations {
                         );
                     }
                 }
-                let mut duplicates: HashMap<String, i64> = HashMap::new();
+                Ok(by_author)
+            }
+
+            /// Per item: other items by its author with the same text since `since`.
+            async fn read_duplicates(tx: &mut txn::Tx<'_>, items: &[Item], since: Millis) -> StoreResult<ByItem<i64>> {
+                let mut duplicates = HashMap::new();
                 for chunk in items.chunks(256) {
                     let sql = STATEMENTS.get("snapshot_duplicates", chunk.len(), |n| {
                         format!(
@@ -277,13 +299,29 @@ macro_rules! impl_evaluations {
                     });
                     let mut q = sqlx::query_as::<_, (String, i64)>(sql);
                     for it in chunk {
-                        q = q.bind(&it.id).bind(&it.client).bind(&it.author).bind(&it.fingerprint).bind(w.duplicate_since);
+                        q = q.bind(&it.id).bind(&it.client).bind(&it.author).bind(&it.fingerprint).bind(since);
                     }
                     duplicates.extend(q.fetch_all(&mut **tx).await?);
                 }
+                Ok(duplicates)
+            }
+
+            /// The snapshots of `ids`, read in the caller's (snapshot) transaction.
+            async fn read_batch(tx: &mut txn::Tx<'_>, ids: &[&str], w: SnapshotWindows) -> StoreResult<Vec<SnapshotData>> {
+                let items = txn::read_items(&mut **tx, ids).await?;
+                if items.is_empty() {
+                    return Ok(Vec::new());
+                }
+                let ids: Vec<&str> = items.iter().map(|i| i.id.as_str()).collect();
+                let mut counters = read_counters(tx, &ids).await?;
+                let mut trigger = read_triggers(tx, &ids).await?;
+                let (mut answers, mut waiting) = read_provider_state(tx, &ids).await?;
+                let by_author = read_author_figures(tx, &items, w.author_since).await?;
+                let duplicates = read_duplicates(tx, &items, w.duplicate_since).await?;
                 Ok(items
                     .into_iter()
                     .map(|item| {
+                        // The author's figures, without this item's own contribution.
                         let (recent, rejected, held) = by_author
                             .get(&(item.client.clone(), item.author.clone()))
                             .copied()

@@ -11,7 +11,9 @@
 //! `$N` parameters) and its implementation, instantiated for each backend
 //! by a macro:
 //!
-//! - [`items`]: submissions, events, reads, manual transitions ([`Items`]).
+//! - [`submissions`]: new items, their status decided in the write ([`Submissions`]).
+//! - [`events`]: interaction events, the high-volume input ([`Events`]).
+//! - [`items`]: reads, manual transitions, the review queue ([`Items`]).
 //! - [`idempotency`]: claiming keys; responses are stored with the effect ([`Idempotency`]).
 //! - [`evaluations`]: snapshots, fenced evaluation commits, dead letters ([`Evaluations`]).
 //! - [`outbox`]: the changes feed and webhook deliveries ([`Outbox`]).
@@ -26,6 +28,7 @@
 
 mod dialect;
 pub mod evaluations;
+pub mod events;
 mod group;
 pub mod idempotency;
 pub mod items;
@@ -37,8 +40,10 @@ pub mod retention;
 mod rows;
 mod shared;
 mod sqlite;
+pub mod submissions;
 
 pub use evaluations::*;
+pub use events::*;
 pub use group::{GroupCommit, Writes};
 pub use idempotency::*;
 pub use items::*;
@@ -48,6 +53,7 @@ pub use postgres::PgStore;
 pub use providers::*;
 pub use retention::*;
 pub use sqlite::{SqliteStore, Synchronous};
+pub use submissions::*;
 
 use std::sync::Arc;
 
@@ -133,12 +139,12 @@ pub trait Backend: Send + Sync + 'static {
 /// `tests/tests/store.rs` against a new backend. Consumers take the
 /// narrowest capability they need (`Arc<dyn Outbox>` for the dispatcher).
 pub trait ItemStore:
-    Backend + Items + Idempotency + Evaluations + Outbox + Providers + PluginHistory + Retention
+    Backend + Items + Submissions + Events + Idempotency + Evaluations + Outbox + Providers + PluginHistory + Retention
 {
 }
 
 impl<T> ItemStore for T where
-    T: Backend + Items + Idempotency + Evaluations + Outbox + Providers + PluginHistory + Retention
+    T: Backend + Items + Submissions + Events + Idempotency + Evaluations + Outbox + Providers + PluginHistory + Retention
 {
 }
 

@@ -71,6 +71,8 @@ impl super::Backend for PgStore {
 
 super::shared::impl_shared!(PgStore, Postgres, PgRow);
 super::items::impl_items!(PgStore, Postgres, PgRow);
+super::submissions::impl_submissions!(PgStore, Postgres, PgRow);
+super::events::impl_events!(PgStore, Postgres, PgRow);
 super::idempotency::impl_idempotency!(PgStore, Postgres, PgRow);
 super::evaluations::impl_evaluations!(PgStore, Postgres, PgRow);
 super::outbox::impl_outbox!(PgStore, Postgres, PgRow);

@@ -172,9 +172,9 @@ macro_rules! impl_providers {
                 Ok(())
             }
 
-            async fn apply_in(tx: &mut txn::Tx<'_>, cb: &NewCallback) -> StoreResult<CallbackOutcome> {
-                sqlx::query(LOCK_ITEM.as_str()).bind(&cb.item_id).fetch_optional(&mut **tx).await?;
-                // The raw payload is stored first; a repeat of the event id stops here.
+            /// Stores the raw payload first; a repeat of the event id stops
+            /// here with the first delivery's outcome.
+            async fn store_payload(tx: &mut txn::Tx<'_>, cb: &NewCallback) -> StoreResult<Result<i64, CallbackOutcome>> {
                 let inserted: Option<i64> = sqlx::query_scalar(
                     "INSERT INTO provider_callbacks (provider, event_id, request_key, item_id, payload, received_at, \
                      outcome) VALUES ($1, $2, $3, $4, $5, $6, 'unknown') ON CONFLICT (provider, event_id) DO NOTHING \
@@ -188,18 +188,29 @@ macro_rules! impl_providers {
                 .bind(cb.now)
                 .fetch_optional(&mut **tx)
                 .await?;
-                let Some(callback_id) = inserted else {
-                    let first: String =
-                        sqlx::query_scalar("SELECT outcome FROM provider_callbacks WHERE provider = $1 AND event_id = $2")
-                            .bind(&cb.provider)
-                            .bind(&cb.event_id)
-                            .fetch_one(&mut **tx)
-                            .await?;
-                    return Ok(match rows::parse(&first)? {
-                        CallbackResult::Unknown => CallbackOutcome::Unknown,
-                        first => CallbackOutcome::Duplicate { first },
-                    });
-                };
+                if let Some(id) = inserted {
+                    return Ok(Ok(id));
+                }
+                let first: String =
+                    sqlx::query_scalar("SELECT outcome FROM provider_callbacks WHERE provider = $1 AND event_id = $2")
+                        .bind(&cb.provider)
+                        .bind(&cb.event_id)
+                        .fetch_one(&mut **tx)
+                        .await?;
+                Ok(Err(match rows::parse(&first)? {
+                    CallbackResult::Unknown => CallbackOutcome::Unknown,
+                    first => CallbackOutcome::Duplicate { first },
+                }))
+            }
+
+            /// The request the callback answers, if it still waits for an
+            /// answer: its item version and attempt count. Otherwise the
+            /// callback's outcome, recorded.
+            async fn open_request(
+                tx: &mut txn::Tx<'_>,
+                cb: &NewCallback,
+                callback_id: i64,
+            ) -> StoreResult<Result<(i64, i32), CallbackOutcome>> {
                 let request = sqlx::query_as::<_, (String, i64, i32)>(CALLBACK_REQUEST.as_str())
                     .bind(&cb.request_key)
                     .bind(&cb.provider)
@@ -208,19 +219,89 @@ macro_rules! impl_providers {
                     .await?;
                 let Some((status, item_version, attempts)) = request else {
                     record(tx, callback_id, CallbackResult::Unknown, "no such request for this provider and item", cb.now).await?;
-                    return Ok(CallbackOutcome::Unknown);
+                    return Ok(Err(CallbackOutcome::Unknown));
                 };
                 let status: ProviderRequestStatus = rows::parse(&status)?;
                 if status == ProviderRequestStatus::Answered {
                     let detail = "the request was already answered by another event";
                     record(tx, callback_id, CallbackResult::Duplicate, detail, cb.now).await?;
-                    return Ok(CallbackOutcome::Duplicate { first: CallbackResult::Applied });
+                    return Ok(Err(CallbackOutcome::Duplicate { first: CallbackResult::Applied }));
                 }
                 if !status.is_active() {
                     let detail = format!("the request is {status}");
                     record(tx, callback_id, CallbackResult::Stale, &detail, cb.now).await?;
-                    return Ok(CallbackOutcome::Stale { detail });
+                    return Ok(Err(CallbackOutcome::Stale { detail }));
                 }
+                Ok(Ok((item_version, attempts)))
+            }
+
+            /// The audit row and the decision of an applied answer, and the
+            /// answer kept on the request: it stands for this content until an edit.
+            async fn record_answer(
+                tx: &mut txn::Tx<'_>,
+                cb: &NewCallback,
+                to: ItemStatus,
+                (item_version, version, attempts): (i64, i64, i32),
+            ) -> StoreResult<()> {
+                let correlation = format!("request={} attempt={attempts} event={}", cb.request_key, cb.event_id);
+                let reason = format!("{} by {}: {}", cb.verdict, cb.provider, cb.reason);
+                let transition = NewTransition {
+                    item_id: &cb.item_id,
+                    from: ItemStatus::AwaitingProvider,
+                    to,
+                    version,
+                    cause: Cause::ProviderCallback,
+                    actor: Actor::Provider,
+                    actor_name: Some(&cb.provider),
+                    actor_note: None,
+                    reason: &reason,
+                    correlation_id: &correlation,
+                    now: cb.now,
+                };
+                txn::insert_transitions(tx, &[transition]).await?;
+                let decision = NewDecision {
+                    plugin: cb.provider.clone(),
+                    plugin_version: "callback".into(),
+                    plugin_digest: Digest::of(cb.payload.as_bytes()).to_hex(),
+                    phase: DecisionPhase::Provider,
+                    verdict: Some(cb.verdict),
+                    score: cb.score,
+                    labels: cb.labels.clone(),
+                    reason: cb.reason.clone(),
+                    mode: Mode::Enforce,
+                    applied: true,
+                    duration_us: 0,
+                    outcome: Outcome::Ok,
+                    error: None,
+                    decided_at: cb.now,
+                    snapshot_digest: None,
+                };
+                txn::insert_decisions(tx, &[(cb.item_id.as_str(), item_version, &decision)]).await?;
+                sqlx::query(
+                    "UPDATE provider_requests SET status = 'answered', updated_at = $2, answer_verdict = $3, \
+                     answer_score = $4, answer_labels = $5, answer_reason = $6, answered_at = $2 WHERE key = $1",
+                )
+                .bind(&cb.request_key)
+                .bind(cb.now)
+                .bind(cb.verdict.as_str())
+                .bind(cb.score)
+                .bind(rows::labels_json(&cb.labels))
+                .bind(&cb.reason)
+                .execute(&mut **tx)
+                .await?;
+                Ok(())
+            }
+
+            async fn apply_in(tx: &mut txn::Tx<'_>, cb: &NewCallback) -> StoreResult<CallbackOutcome> {
+                sqlx::query(LOCK_ITEM.as_str()).bind(&cb.item_id).fetch_optional(&mut **tx).await?;
+                let callback_id = match store_payload(tx, cb).await? {
+                    Ok(id) => id,
+                    Err(outcome) => return Ok(outcome),
+                };
+                let (item_version, attempts) = match open_request(tx, cb, callback_id).await? {
+                    Ok(open) => open,
+                    Err(outcome) => return Ok(outcome),
+                };
                 // Only while the item still waits at the version the request
                 // was made for (anything since bumped the version).
                 let to = ItemStatus::for_verdict(cb.verdict);
@@ -240,58 +321,9 @@ macro_rules! impl_providers {
                     record(tx, callback_id, CallbackResult::Stale, detail, cb.now).await?;
                     return Ok(CallbackOutcome::Stale { detail: detail.into() });
                 };
-                let correlation = format!("request={} attempt={attempts} event={}", cb.request_key, cb.event_id);
-                let reason = format!("{} by {}: {}", cb.verdict, cb.provider, cb.reason);
-                txn::insert_transitions(
-                    tx,
-                    &[NewTransition {
-                        item_id: &cb.item_id,
-                        from: ItemStatus::AwaitingProvider,
-                        to,
-                        version,
-                        cause: Cause::ProviderCallback,
-                        actor: Actor::Provider,
-                        actor_name: Some(&cb.provider),
-                        actor_note: None,
-                        reason: &reason,
-                        correlation_id: &correlation,
-                        now: cb.now,
-                    }],
-                )
-                .await?;
-                let decision = NewDecision {
-                    plugin: cb.provider.clone(),
-                    plugin_version: "callback".into(),
-                    plugin_digest: Digest::of(cb.payload.as_bytes()).to_hex(),
-                    phase: DecisionPhase::Provider,
-                    verdict: Some(cb.verdict),
-                    score: cb.score,
-                    labels: cb.labels.clone(),
-                    reason: cb.reason.clone(),
-                    mode: Mode::Enforce,
-                    applied: true,
-                    duration_us: 0,
-                    outcome: Outcome::Ok,
-                    error: None,
-                    decided_at: cb.now,
-                    snapshot_digest: None,
-                };
-                txn::insert_decisions(tx, &[(cb.item_id.as_str(), item_version, &decision)]).await?;
-                // The answer stands for this content until an edit.
-                sqlx::query(
-                    "UPDATE provider_requests SET status = 'answered', updated_at = $2, answer_verdict = $3, \
-                     answer_score = $4, answer_labels = $5, answer_reason = $6, answered_at = $2 WHERE key = $1",
-                )
-                .bind(&cb.request_key)
-                .bind(cb.now)
-                .bind(cb.verdict.as_str())
-                .bind(cb.score)
-                .bind(rows::labels_json(&cb.labels))
-                .bind(&cb.reason)
-                .execute(&mut **tx)
-                .await?;
-                record(tx, callback_id, CallbackResult::Applied, &format!("{} -> {to} at version {version}", cb.verdict), cb.now)
-                    .await?;
+                record_answer(tx, cb, to, (item_version, version, attempts)).await?;
+                let detail = format!("{} -> {to} at version {version}", cb.verdict);
+                record(tx, callback_id, CallbackResult::Applied, &detail, cb.now).await?;
                 Ok(CallbackOutcome::Applied {
                     version,
                     attempt: attempts.into(),

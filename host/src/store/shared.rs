@@ -163,6 +163,20 @@ macro_rules! impl_shared {
                 Ok(sealed)
             }
 
+            /// Deletes the keys of requests that failed inside the
+            /// transaction, so a retry can go ahead at once.
+            pub(crate) async fn release_keys(tx: &mut Tx<'_>, keys: &[&KeyCompletion]) -> StoreResult<()> {
+                for k in keys {
+                    sqlx::query("DELETE FROM idempotency_keys WHERE scope = $1 AND key = $2 AND claim = $3")
+                        .bind(&k.scope)
+                        .bind(&k.key)
+                        .bind(&k.token)
+                        .execute(&mut **tx)
+                        .await?;
+                }
+                Ok(())
+            }
+
             /// Stores the responses of sealed keys `(scope, key, status, body)`.
             pub(crate) async fn store_responses(
                 tx: &mut Tx<'_>,

@@ -126,6 +126,8 @@ impl super::Backend for SqliteStore {
 
 super::shared::impl_shared!(SqliteStore, Sqlite, SqliteRow);
 super::items::impl_items!(SqliteStore, Sqlite, SqliteRow);
+super::submissions::impl_submissions!(SqliteStore, Sqlite, SqliteRow);
+super::events::impl_events!(SqliteStore, Sqlite, SqliteRow);
 super::idempotency::impl_idempotency!(SqliteStore, Sqlite, SqliteRow);
 super::evaluations::impl_evaluations!(SqliteStore, Sqlite, SqliteRow);
 super::outbox::impl_outbox!(SqliteStore, Sqlite, SqliteRow);
