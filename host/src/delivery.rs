@@ -2,8 +2,9 @@
 //! webhook POSTs.
 //!
 //! Every transition's transaction wrote one outbox row (`event_id` =
-//! `ITEM:VERSION`). The dispatcher, in every `worker`/`all` process, fans
-//! new rows out into one delivery per accepting endpoint, claims due
+//! `ITEM:VERSION`). The dispatcher, in every `worker`/`all` process, moves
+//! each endpoint's cursor over the outbox feed, creating one delivery per
+//! event the endpoint accepts (one endpoint at a time per cluster), claims due
 //! deliveries with a lease (`FOR UPDATE SKIP LOCKED` on PostgreSQL), POSTs
 //! them, and records the result: delivered, retried later with jittered
 //! exponential backoff, or dead after `delivery.max_attempts` (listed and
@@ -66,6 +67,16 @@ impl Dispatcher {
             http,
             metrics,
         })
+    }
+
+    /// Gives every configured endpoint its position in the outbox feed, if
+    /// it has none yet. Awaited before the API serves, so an endpoint
+    /// starting at `latest` misses nothing accepted after this start.
+    pub async fn register(&self) -> anyhow::Result<()> {
+        let endpoints: Vec<(&str, crate::store::FeedStart)> =
+            self.endpoints.iter().map(|(name, w)| (name.as_str(), w.start)).collect();
+        self.store.register_endpoints(&endpoints, now_ms()).await?;
+        Ok(())
     }
 
     /// Runs until `cancel`; deliveries in flight finish (bounded by the timeout).

@@ -115,7 +115,7 @@ pub async fn serve_with_metrics(
     });
     tasks.spawn(worker.clone().sample_queue(cancel.clone()));
     if config.role.evaluates() {
-        start_evaluating(&mut tasks, &config, &store, &worker, &metrics, &cancel)?;
+        start_evaluating(&mut tasks, &config, &store, &worker, &metrics, &cancel).await?;
     }
 
     let state = api::AppState::new(api::StateParts {
@@ -188,7 +188,7 @@ async fn load_plugins(
 
 /// Starts the tasks of a node that evaluates, side by side: claiming and
 /// reconciling evaluations, webhook delivery, provider requests, retention.
-fn start_evaluating(
+async fn start_evaluating(
     tasks: &mut tokio::task::JoinSet<()>,
     config: &config::Config,
     store: &store::SharedStore,
@@ -204,6 +204,7 @@ fn start_evaluating(
         config.delivery.clone(),
         metrics.clone(),
     )?;
+    dispatcher.register().await?;
     tasks.spawn(Arc::new(dispatcher).run(cancel.clone()));
     let requester = providers::Requester::new(
         store.clone(),

@@ -34,6 +34,11 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
+    /// Whether the coordinator answers (`Err` says why).
+    pub async fn ping(&self) -> Result<(), String> {
+        self.coordinator.stats(now_ms()).await.map(|_| ()).map_err(|e| e.to_string())
+    }
+
     pub fn new(coordinator: SharedCoordinator, evaluation: Arc<EvaluationConfig>) -> Self {
         Scheduler {
             coordinator,
@@ -466,6 +471,7 @@ impl Worker {
             item_id: item.id.clone(),
             snapshot_version: item.version,
             snapshot_event_seq: item.event_seq,
+            snapshot_round: item.eval_round,
             from: item.status,
             to: decision.to,
             decisions: judgement.decisions(Phase::Async, decision.applied),

@@ -6,6 +6,10 @@ ALTER TABLE idempotency_keys ADD COLUMN claim TEXT;
 -- The content version an item's text is at (bumped by an edit): a
 -- provider's answer stands for the content version it judged.
 ALTER TABLE items ADD COLUMN content_version BIGINT NOT NULL DEFAULT 1;
+
+-- Evaluations committed per item: the fence of evaluation commits (one
+-- commit per snapshot, whichever worker judged it).
+ALTER TABLE items ADD COLUMN eval_round BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE provider_requests ADD COLUMN content_version BIGINT NOT NULL DEFAULT 1;
 ALTER TABLE provider_requests ADD COLUMN answer_verdict TEXT CHECK (answer_verdict IN ('allow', 'flag', 'hold', 'reject'));
 ALTER TABLE provider_requests ADD COLUMN answer_score REAL;
@@ -34,7 +38,7 @@ CREATE INDEX items_client_fingerprint ON items (client, author, fingerprint, cre
 
 -- Retention.
 CREATE INDEX events_created ON events (created_at);
-CREATE INDEX outbox_created ON outbox (created_at) WHERE fanned_out;
+CREATE INDEX outbox_created ON outbox (created_at);
 CREATE INDEX deliveries_delivered ON deliveries (created_at) WHERE status = 'delivered';
 CREATE INDEX provider_callbacks_received ON provider_callbacks (received_at);
 
@@ -51,3 +55,24 @@ CREATE TABLE authors (
 );
 INSERT INTO authors (client, author, first_seen, last_seen)
 SELECT client, author, MIN(created_at), MAX(created_at) FROM items GROUP BY client, author;
+
+-- Webhook fan-out by cursor: each endpoint reads the outbox feed from its
+-- own position, so no row is updated per event, an endpoint added later
+-- starts where it is told to, and a process that does not know an
+-- endpoint cannot mark events fanned out for it. Endpoints that already
+-- received deliveries resume behind the last event fanned out.
+CREATE TABLE webhook_cursors (
+    endpoint   TEXT PRIMARY KEY,
+    txid       BIGINT NOT NULL,
+    seq        BIGINT NOT NULL,
+    updated_at BIGINT NOT NULL
+);
+INSERT INTO webhook_cursors (endpoint, txid, seq, updated_at)
+SELECT d.endpoint,
+       (SELECT o.txid FROM outbox o WHERE o.fanned_out ORDER BY o.txid DESC, o.seq DESC LIMIT 1),
+       (SELECT o.seq FROM outbox o WHERE o.fanned_out ORDER BY o.txid DESC, o.seq DESC LIMIT 1),
+       0
+FROM (SELECT DISTINCT endpoint FROM deliveries) d
+WHERE EXISTS (SELECT 1 FROM outbox WHERE fanned_out);
+DROP INDEX outbox_unfanned;
+ALTER TABLE outbox DROP COLUMN fanned_out;

@@ -169,3 +169,29 @@ mod tests {
         assert!(idempotency_key(&twice).is_err());
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn keys_are_one_to_255_printable_ascii_not_blank(key in "[\\x00-\\x7f]{0,8}|[ -~]{0,300}|\\PC{0,4}") {
+            let expected = !key.is_empty()
+                && key.len() <= 255
+                && key.bytes().all(|b| (0x20..0x7f).contains(&b))
+                && !key.trim().is_empty();
+            match validate_key(&key) {
+                Ok(k) => {
+                    prop_assert!(expected, "{:?} accepted", key);
+                    prop_assert_eq!(k, key);
+                }
+                Err(e) => {
+                    prop_assert!(!expected, "{:?} refused", key);
+                    prop_assert_eq!(e.status, 400);
+                }
+            }
+        }
+    }
+}

@@ -1,5 +1,5 @@
 //! `GET /v1/items/{id}`: an item with its counters, events, decisions and
-//! audit trail.
+//! audit trail; `DELETE /v1/items/{id}`: its author deletes it.
 
 use super::AppState;
 use super::auth::Caller;
@@ -66,6 +66,56 @@ pub async fn get_item(
         return Err(ApiError::not_found("item"));
     };
     Ok(Json(item_view(d)))
+}
+
+/// The item's author deleted it: the client that submitted it says so.
+/// Deletion is final (no rule, provider or moderator changes it after) and
+/// repeatable: deleting a deleted item answers the item as it is.
+#[utoipa::path(
+    delete, path = "/v1/items/{id}", tag = "items",
+    params(("id" = String, Path)),
+    responses(
+        (status = 200, body = ItemView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 503, body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn delete_item(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    headers: axum::http::HeaderMap,
+) -> Result<Json<ItemView>, ApiError> {
+    use crate::store::{ManualActor, Moderation, ModerationOutcome, moderate};
+    validate::path_id("id", &id)?;
+    let correlation_id = super::request_id(&headers);
+    let outcome = moderate(
+        state.store.as_ref(),
+        &Moderation {
+            id: &id,
+            to: ItemStatus::Deleted,
+            if_match: None,
+            by: ManualActor::Author { client: &caller.name },
+            name: &caller.name,
+            note: None,
+            reason: "deleted by its author",
+            correlation_id: &correlation_id,
+        },
+    )
+    .await?;
+    match outcome {
+        // Applied, or already deleted: either way the item is deleted now.
+        ModerationOutcome::Applied { .. } | ModerationOutcome::Illegal { from: ItemStatus::Deleted } => {
+            let d = state.store.item_details(&id).await?.ok_or_else(|| ApiError::not_found("item"))?;
+            Ok(Json(item_view(d)))
+        }
+        ModerationOutcome::NotFound => Err(ApiError::not_found("item")),
+        ModerationOutcome::Illegal { from } => Err(ApiError::bad_request(
+            "illegal_transition",
+            format!("an item in status {from} cannot be deleted"),
+        )),
+        ModerationOutcome::VersionMismatch { .. } => unreachable!("no If-Match"),
+    }
 }
 
 pub(super) fn item_view(details: ItemDetails) -> ItemView {

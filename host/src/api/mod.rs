@@ -34,7 +34,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, get, post};
+use axum::routing::{MethodRouter, delete, get, post};
 use governor::{DefaultKeyedRateLimiter, Quota};
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -143,6 +143,7 @@ fn routes() -> Routes {
     .add(Method::POST, "/v1/items", Client, post(submit::submit))
     .add(Method::POST, "/v1/items/batch", Client, post(submit::submit_batch))
     .add(Method::GET, "/v1/items/{id}", Client, get(items::get_item))
+    .add(Method::DELETE, "/v1/items/{id}", Client, delete(items::delete_item))
     .add(
         Method::POST,
         "/v1/items/{id}/events",
@@ -216,7 +217,7 @@ pub fn route_table() -> Vec<RouteInfo> {
 #[openapi(
     info(title = "gavel", description = "Moderation and anti-spam rule host"),
     paths(
-        submit::submit, submit::submit_batch, items::get_item, events::append_event, events::append_batch,
+        submit::submit, submit::submit_batch, items::get_item, items::delete_item, events::append_event, events::append_batch,
         moderation::moderate, moderation::review_queue, moderation::evaluate_now,
         moderation::dead_letters, moderation::replay_dead_letter,
         delivery::changes, delivery::deliveries, delivery::replay_delivery, providers::callback,

@@ -6,7 +6,7 @@ use super::error::{ApiError, ErrorBody, Json, Path, Query};
 use super::items::{ItemView, item_view};
 use super::validate;
 use crate::domain::ItemStatus;
-use crate::store::{Moderation, ModerationOutcome, moderate as store_moderate};
+use crate::store::{ManualActor, Moderation, ModerationOutcome, moderate as store_moderate};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
@@ -78,7 +78,8 @@ pub async fn moderate(
             id: &id,
             to: req.status,
             if_match,
-            moderator: &caller.name,
+            by: ManualActor::Moderator,
+            name: &caller.name,
             note: req.moderator.as_deref().filter(|n| *n != caller.name),
             reason: &req.reason,
             correlation_id: &correlation_id,
@@ -163,15 +164,13 @@ pub async fn review_queue(
         .cursor
         .as_deref()
         .map(|c| {
-            c.split_once('_')
-                .filter(|(_, id)| validate::path_id("cursor", id).is_ok())
-                .and_then(|(at, id)| Some((at.parse::<i64>().ok()?, id.to_string())))
+            crate::store::parse_review_cursor(c)
                 .ok_or_else(|| ApiError::bad_request("invalid_cursor", "cursor is not one gavel issued"))
         })
         .transpose()?;
     let items = state.store.review_queue(cursor.as_ref(), limit).await?;
     let next_cursor = (items.len() as i64 == limit)
-        .then(|| items.last().map(|i| format!("{}_{}", i.updated_at, i.id)))
+        .then(|| items.last().map(|i| crate::store::encode_review_cursor(&(i.updated_at, i.id.clone()))))
         .flatten();
     Ok(Json(ReviewQueuePage {
         items: items

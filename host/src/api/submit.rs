@@ -172,6 +172,7 @@ async fn sync_rules(
             needs_eval_since: None,
             event_seq: 0,
             evaluated_seq: 0,
+            eval_round: 0,
             content_version: 1,
             created_at: item.now,
             updated_at: item.now,

@@ -17,12 +17,39 @@ pub async fn healthz() -> &'static str {
 }
 
 /// Readiness: the store answers.
-#[utoipa::path(get, path = "/readyz", tag = "system", responses((status = 200, description = "ready"), (status = 503, body = ErrorBody)))]
+/// What `/readyz` reports.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Readiness {
+    /// `ready` when the store answers.
+    pub status: &'static str,
+    /// `ok`, or why the store does not answer.
+    pub store: String,
+    /// `ok`, or why the coordinator does not answer: the node still takes
+    /// submissions then (the store is the truth; reconciliation schedules
+    /// them once it is back), so this alone does not fail readiness.
+    pub coordinator: String,
+}
+
+/// Ready when the store answers (503 otherwise); the coordinator's state is reported beside it.
+#[utoipa::path(get, path = "/readyz", tag = "system", responses((status = 200, body = Readiness), (status = 503, body = Readiness)))]
 pub async fn readyz(State(state): State<AppState>) -> Response {
-    match state.store.ping().await {
-        Ok(()) => (StatusCode::OK, "ready").into_response(),
-        Err(e) => ApiError::from(e).into_response(),
+    let store = state.store.ping().await;
+    let coordinator = state.scheduler.ping().await;
+    let describe = |r: Result<(), String>| r.map_or_else(|e| e, |()| "ok".to_string());
+    let ready = store.is_ok();
+    let body = Readiness {
+        status: if ready { "ready" } else { "unavailable" },
+        store: describe(store.map_err(|e| e.to_string())),
+        coordinator: describe(coordinator),
+    };
+    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let mut response = (status, axum::Json(body)).into_response();
+    if !ready {
+        response
+            .headers_mut()
+            .insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
     }
+    response
 }
 
 /// A loaded plugin.

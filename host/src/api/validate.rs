@@ -95,3 +95,34 @@ mod tests {
         assert!(json("context", &serde_json::json!({"k\u{0}": 1})).is_err());
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn identifiers_accept_exactly_the_documented_strings(value in "\\PC{0,8}[\\x00-\\x1f\\x7f-\\u{9f}]?\\PC{0,8}|\\s{0,3}", max in 1usize..32) {
+            let ok = identifier("f", &value, max).is_ok();
+            let expected = !value.trim().is_empty()
+                && value.len() <= max
+                && value.chars().all(|c| !c.is_control() || c == '\t' || c == '\n');
+            prop_assert_eq!(ok, expected, "{:?}", value);
+        }
+
+        #[test]
+        fn text_refuses_only_nul_and_length(value in any::<String>(), max in 0usize..64) {
+            let ok = text("f", &value, max).is_ok();
+            prop_assert_eq!(ok, value.len() <= max && !value.contains('\0'));
+        }
+
+        #[test]
+        fn failures_name_their_field_and_are_400(value in any::<String>()) {
+            if let Err(e) = identifier("author", &value, 16) {
+                prop_assert_eq!(e.status, 400);
+                prop_assert!(e.message.contains("`author`"));
+            }
+        }
+    }
+}

@@ -120,6 +120,11 @@ pub struct WebhookConfig {
     /// Only items of these kinds (empty: all).
     #[serde(default)]
     pub kinds: Vec<String>,
+    /// Where a new endpoint starts: `latest` (events from its first start
+    /// on) or `earliest` (every event still retained). An endpoint keeps its
+    /// position across restarts.
+    #[serde(default)]
+    pub start: crate::store::FeedStart,
 }
 
 /// Webhook delivery: at least once, per item in version order, bounded retries.
@@ -189,7 +194,7 @@ pub enum ServeRole {
     All,
     /// The HTTP API only (submissions, events, reads, moderation).
     Api,
-    /// The evaluation loop and reconciler; HTTP serves only `/healthz` and `/readyz`.
+    /// The evaluation loop and reconciler; HTTP serves only `/healthz`, `/readyz` and `/metrics`.
     Worker,
 }
 
@@ -283,10 +288,10 @@ pub struct EvaluationConfig {
     pub reconcile_grace_ms: i64,
     /// How often an idle worker asks the coordinator for due items.
     pub poll_interval_ms: u64,
-    /// Attempts of an evaluation that fails in the host (store or
-    /// coordinator error) before it is dead-lettered.
+    /// Attempts of an evaluation that fails in the host (a store error or a
+    /// host-side rule failure) before it is dead-lettered.
     pub max_attempts: u32,
-    /// Retry backoff: `retry_base_ms · 2^attempt`, with jitter, at most `retry_max_ms`.
+    /// Retry backoff: `retry_base_ms · 2^(attempt-1)`, at most `retry_max_ms`, ±50 % jitter.
     pub retry_base_ms: i64,
     pub retry_max_ms: i64,
     /// When the oldest due item has waited longer than this, new submissions

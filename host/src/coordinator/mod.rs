@@ -66,7 +66,7 @@ pub struct QueueStats {
     pub oldest_due: Option<Millis>,
 }
 
-/// The coordinator every backend implements; `tests/tests/coordinator.rs`
+/// The coordinator every backend implements; `tests/tests/suite/coordinator.rs`
 /// is its conformance suite.
 #[async_trait::async_trait]
 pub trait Coordinator: Send + Sync + 'static {
@@ -169,5 +169,49 @@ mod tests {
         assert_eq!(fire_time(Some(5000), 0, 100, Schedule::At(100)), 100);
         assert_eq!(fire_time(Some(50), 0, 100, Schedule::At(300)), 50);
         assert_eq!(fire_time(Some(80), 0, 100, SLIDING), 80, "already due stays due");
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn schedule() -> impl Strategy<Value = Schedule> {
+        prop_oneof![
+            (0i64..10_000).prop_map(Schedule::At),
+            (proptest::sample::select(&[DebounceMode::Fixed, DebounceMode::Sliding][..]), 1i64..5_000, 0i64..20_000)
+                .prop_map(|(mode, window_ms, max_wait_ms)| Schedule::Debounced { mode, window_ms, max_wait_ms }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn fire_times_never_delay_due_work_nor_pass_the_bounds(
+            current in proptest::option::of(0i64..20_000),
+            first in 0i64..10_000,
+            elapsed in 0i64..10_000,
+            how in schedule(),
+        ) {
+            let now = first + elapsed;
+            let t = fire_time(current, first, now, how);
+            // An item already due stays due.
+            if let Some(c) = current.filter(|c| *c <= now) {
+                prop_assert!(t <= c);
+            }
+            match how {
+                // An explicit time is honoured or brought forward, never pushed back.
+                Schedule::At(at) => prop_assert!(t <= at),
+                // A sliding window never passes its maximum wait.
+                Schedule::Debounced { mode: DebounceMode::Sliding, max_wait_ms, window_ms } => {
+                    prop_assert!(t <= (first + max_wait_ms).min(now + window_ms).max(current.unwrap_or(i64::MIN).min(now)));
+                }
+                // A fixed window keeps the first fire time once set.
+                Schedule::Debounced { mode: DebounceMode::Fixed, window_ms, .. } => match current {
+                    Some(c) => prop_assert_eq!(t, c),
+                    None => prop_assert_eq!(t, now + window_ms),
+                },
+            }
+        }
     }
 }

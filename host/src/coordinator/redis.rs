@@ -33,6 +33,10 @@ return tostring(fire)
 "#;
 
 /// Claims up to ARGV[2] due items of one partition whose lease is free.
+/// The lease keys are built inside the script (ARGV[5] is the partition's
+/// lease prefix), since the due items are only known there; they carry the
+/// partition's hash tag, so they live in KEYS[1]'s slot as Redis Cluster
+/// requires of every key a script touches.
 const CLAIM: &str = r#"
 local limit = tonumber(ARGV[2])
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, limit * 8)

@@ -423,3 +423,101 @@ mod tests {
         assert!(d.reason.contains("not configured"));
     }
 }
+
+#[cfg(test)]
+mod properties {
+    //! The policies over arbitrary inputs: every decision is a legal
+    //! transition, never settles below the submission's verdict, and never
+    //! touches an item a moderator decided.
+    use super::*;
+    use proptest::prelude::*;
+
+    fn verdict() -> impl Strategy<Value = Verdict> {
+        proptest::sample::select(Verdict::ALL)
+    }
+
+    fn status() -> impl Strategy<Value = ItemStatus> {
+        proptest::sample::select(ItemStatus::ALL).prop_filter("stored", |s| *s != ItemStatus::Received)
+    }
+
+    fn provider() -> impl Strategy<Value = String> {
+        proptest::sample::select(&["vision", "text", "other"][..]).prop_map(str::to_string)
+    }
+
+    proptest! {
+        #[test]
+        fn submissions_are_legal_and_rejections_final(
+            sync_verdict in proptest::option::of(verdict()),
+            duplicates in 0i64..20,
+            duplicate_hold_at in 0u32..10,
+            degraded: bool,
+            standing in proptest::option::of(proptest::sample::select(&[Verdict::Hold, Verdict::Reject][..])),
+        ) {
+            let d = submission(&SubmissionInputs {
+                sync_verdict,
+                sync_reason: "by a rule".into(),
+                duplicates,
+                duplicate_hold_at,
+                degraded,
+                standing: standing.map(|verdict| StandingEffect { verdict, state: "restricted".into() }),
+            });
+            prop_assert!(can_transition(ItemStatus::Received, d.status, Actor::System), "{:?}", d);
+            prop_assert_eq!(d.needs_eval, d.status != ItemStatus::Rejected);
+            prop_assert_ne!(d.sync_verdict, Some(Verdict::Defer));
+            if sync_verdict == Some(Verdict::Reject) || standing == Some(Verdict::Reject) {
+                prop_assert_eq!(d.status, ItemStatus::Rejected);
+            }
+            if d.status == ItemStatus::PendingScan {
+                prop_assert!(!degraded && !d.duplicate);
+            }
+        }
+
+        #[test]
+        fn evaluations_are_legal_and_respect_moderators_and_answers(
+            status in status(),
+            manual: bool,
+            sync_verdict in proptest::option::of(verdict().prop_filter("not defer", |v| *v != Verdict::Defer)),
+            verdict in proptest::option::of(verdict()),
+            named in provider(),
+            provider_known: bool,
+            answers in proptest::collection::vec((provider(), verdict().prop_filter("an answer", |v| *v != Verdict::Defer)), 0..3),
+            waiting_on in proptest::option::of(provider()),
+        ) {
+            let answers: Vec<ProviderAnswer> =
+                answers.into_iter().map(|(provider, verdict)| ProviderAnswer { provider, verdict }).collect();
+            let d = evaluation(&EvaluationInputs {
+                status,
+                manual,
+                sync_verdict,
+                verdict,
+                provider: Some(&named),
+                reason: "by a rule".into(),
+                provider_known,
+                answers: &answers,
+                waiting_on: waiting_on.as_deref(),
+            });
+            if let Some(to) = d.to {
+                prop_assert!(can_transition(status, to, Actor::Rules), "{status} -> {to}");
+                prop_assert_eq!(to, d.target);
+            }
+            if manual {
+                prop_assert_eq!(d.to, None);
+                prop_assert!(!d.applied);
+            }
+            // Never below what the submission concluded.
+            if let Some(s) = sync_verdict {
+                prop_assert!(d.verdict >= s, "{:?} below {s}", d.verdict);
+            }
+            // A provider that answered for this content is not asked again.
+            if answers.iter().any(|a| a.provider == named) {
+                prop_assert_eq!(d.handoff.clone(), None);
+            }
+            // A hand-off only to a configured provider, only when moving there.
+            if let Some(h) = &d.handoff {
+                prop_assert!(provider_known);
+                prop_assert_eq!(h, &named);
+                prop_assert_eq!(d.to, Some(ItemStatus::AwaitingProvider));
+            }
+        }
+    }
+}

@@ -203,3 +203,59 @@ mod tests {
         crate::domain::check_constraints::assert_mirrors("items", "decided_by", &actors);
     }
 }
+
+#[cfg(test)]
+mod properties {
+    //! The transition table walked at random: whatever a sequence of
+    //! requests by whichever actors, the table keeps its invariants.
+    use super::*;
+    use proptest::prelude::*;
+
+    fn status() -> impl Strategy<Value = ItemStatus> {
+        proptest::sample::select(ItemStatus::ALL)
+    }
+
+    fn actor() -> impl Strategy<Value = Actor> {
+        proptest::sample::select(Actor::ALL)
+    }
+
+    proptest! {
+        #[test]
+        fn random_walks_keep_the_invariants(steps in proptest::collection::vec((status(), actor()), 1..64)) {
+            let mut at = ItemStatus::Received;
+            let mut moved = false;
+            for (to, actor) in steps {
+                if !can_transition(at, to, actor) {
+                    continue;
+                }
+                // Nothing leaves deleted, nothing returns to received.
+                prop_assert_ne!(at, ItemStatus::Deleted);
+                prop_assert_ne!(to, ItemStatus::Received);
+                // Only the system creates; afterwards nobody acts on received.
+                prop_assert_eq!(at == ItemStatus::Received, !moved);
+                if at == ItemStatus::Received {
+                    prop_assert_eq!(actor, Actor::System);
+                }
+                // Only people delete.
+                if to == ItemStatus::Deleted {
+                    prop_assert!(matches!(actor, Actor::Moderator | Actor::Author));
+                }
+                // A provider only answers an item that waits for it.
+                if actor == Actor::Provider {
+                    prop_assert_eq!(at, ItemStatus::AwaitingProvider);
+                }
+                at = to;
+                moved = true;
+            }
+        }
+
+        #[test]
+        fn automated_verdicts_are_always_a_legal_rules_target(from in status(), v in proptest::sample::select(Verdict::ALL)) {
+            let to = ItemStatus::for_verdict(v);
+            let legal_from = !matches!(from, ItemStatus::Received | ItemStatus::Deleted);
+            if legal_from && (from != to || to == ItemStatus::AwaitingProvider) {
+                prop_assert!(can_transition(from, to, Actor::Rules), "{from} -> {to}");
+            }
+        }
+    }
+}

@@ -6,10 +6,12 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RuntimeLimits {
-    /// Wall-clock budget of one evaluation in the async phase.
+    /// CPU-time budget of one evaluation in the async phase (the rule's own
+    /// work; time spent waiting for a core does not count, up to
+    /// `wall_cap_factor` times this).
     #[serde(with = "crate::duration_ms", rename = "async_deadline_ms")]
     pub async_deadline: Duration,
-    /// Wall-clock budget of one evaluation in the sync phase (inline in a request).
+    /// CPU-time budget of one evaluation in the sync phase (inline in a request).
     #[serde(with = "crate::duration_ms", rename = "sync_deadline_ms")]
     pub sync_deadline: Duration,
     /// Linear memory one evaluation may use; a grow past it traps (outcome `memory`).

@@ -190,7 +190,7 @@ impl RuleEngine {
             .instantiate_pre(&component)
             .map_err(|e| LoadErrorKind::WrongWorld(format!("{e:#}")))?;
         let pre = RulePre::new(pre).map_err(|e| LoadErrorKind::WrongWorld(format!("{e:#}")))?;
-        let info = self.call_info(&pre)?;
+        let info = self.call_info(&pre, digest)?;
         Ok(LoadedPlugin {
             stamp: Arc::new(PluginStamp {
                 name: info.name.clone(),
@@ -206,8 +206,13 @@ impl RuleEngine {
         })
     }
 
-    fn call_info(&self, pre: &RulePre<Sandbox>) -> Result<PluginInfo, LoadErrorKind> {
-        let mut store = self.new_store("(loading)", self.limits.memory_bytes, self.limits.async_deadline);
+    fn call_info(&self, pre: &RulePre<Sandbox>, digest: Digest) -> Result<PluginInfo, LoadErrorKind> {
+        let loading = Arc::new(PluginStamp {
+            name: "(loading)".into(),
+            version: String::new(),
+            digest,
+        });
+        let mut store = self.new_store(loading, self.limits.memory_bytes, self.limits.async_deadline);
         let raw = pre
             .instantiate(&mut store)
             .and_then(|rule| rule.call_info(&mut store))

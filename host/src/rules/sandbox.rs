@@ -21,7 +21,8 @@ pub(crate) struct Sandbox {
     stdout: Capture,
     stderr: Capture,
     /// Tags the rule's log lines.
-    plugin: String,
+    /// Who is running: every log line is tagged with its name and version.
+    plugin: std::sync::Arc<super::PluginStamp>,
     /// Log lines one call may write, and what is left of it in this call.
     log_lines: u32,
     log_budget: u32,
@@ -43,7 +44,7 @@ pub(crate) struct Sandbox {
 impl Sandbox {
     /// A sandbox with no preopened directories, no environment, no arguments
     /// and no network: a rule sees only what the snapshot hands it.
-    pub(crate) fn new(plugin: &str, memory_bytes: usize, log_budget: u32) -> Self {
+    pub(crate) fn new(plugin: std::sync::Arc<super::PluginStamp>, memory_bytes: usize, log_budget: u32) -> Self {
         let stdout = Capture::new(CAPTURED_OUTPUT_BYTES);
         let stderr = Capture::new(CAPTURED_OUTPUT_BYTES);
         let wasi = WasiCtx::builder()
@@ -59,7 +60,7 @@ impl Sandbox {
             limiter: MemoryLimiter::new(memory_bytes),
             stdout,
             stderr,
-            plugin: plugin.to_string(),
+            plugin,
             log_lines: log_budget,
             log_budget,
             logs_dropped: 0,
@@ -97,14 +98,14 @@ impl Sandbox {
         for (stream, pipe) in [("stdout", &self.stdout), ("stderr", &self.stderr)] {
             let (bytes, dropped) = pipe.drain();
             for line in String::from_utf8_lossy(&bytes).lines() {
-                tracing::info!(target: "plugin", plugin = %self.plugin, stream, "{line}");
+                tracing::info!(target: "plugin", plugin = %self.plugin.name, plugin_version = %self.plugin.version, stream, "{line}");
             }
             if dropped > 0 {
-                tracing::warn!(target: "plugin", plugin = %self.plugin, stream, dropped, "output past the capture cap dropped");
+                tracing::warn!(target: "plugin", plugin = %self.plugin.name, plugin_version = %self.plugin.version, stream, dropped, "output past the capture cap dropped");
             }
         }
         if self.logs_dropped > 0 {
-            tracing::warn!(target: "plugin", plugin = %self.plugin, dropped = self.logs_dropped, "log lines over budget dropped");
+            tracing::warn!(target: "plugin", plugin = %self.plugin.name, plugin_version = %self.plugin.version, dropped = self.logs_dropped, "log lines over budget dropped");
         }
     }
 }
@@ -128,13 +129,13 @@ impl bindings::gavel::rules::host::Host for Sandbox {
         }
         self.log_budget -= 1;
         let message = truncate_str(&message, MAX_LOG_LINE_BYTES);
-        let plugin = self.plugin.as_str();
+        let (plugin, plugin_version) = (self.plugin.name.as_str(), self.plugin.version.as_str());
         match level {
-            Level::Trace => tracing::trace!(target: "plugin", plugin, "{message}"),
-            Level::Debug => tracing::debug!(target: "plugin", plugin, "{message}"),
-            Level::Info => tracing::info!(target: "plugin", plugin, "{message}"),
-            Level::Warn => tracing::warn!(target: "plugin", plugin, "{message}"),
-            Level::Error => tracing::error!(target: "plugin", plugin, "{message}"),
+            Level::Trace => tracing::trace!(target: "plugin", plugin, plugin_version, "{message}"),
+            Level::Debug => tracing::debug!(target: "plugin", plugin, plugin_version, "{message}"),
+            Level::Info => tracing::info!(target: "plugin", plugin, plugin_version, "{message}"),
+            Level::Warn => tracing::warn!(target: "plugin", plugin, plugin_version, "{message}"),
+            Level::Error => tracing::error!(target: "plugin", plugin, plugin_version, "{message}"),
         }
     }
 }

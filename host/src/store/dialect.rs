@@ -19,6 +19,11 @@ pub(super) trait Dialect: Send + Sync + 'static {
     /// The database's own clock, in milliseconds since the epoch: leases
     /// that several API nodes compare are taken from one clock.
     const NOW_MS: &'static str;
+    /// Whether statements built by [`Statements`] go out with anonymous
+    /// `?` parameters instead of `$N`. SQLite looks a numbered parameter
+    /// up in a list (binding one costs O(parameters)), so binding a
+    /// multi-row statement of thousands of `$N` would be quadratic.
+    const ANONYMOUS_PARAMETERS: bool;
 
     fn read_pool(&self) -> &Pool<Self::DB>;
 
@@ -96,14 +101,41 @@ pub(super) fn placeholders(from: usize, n: usize) -> String {
     (from..from + n).map(|i| format!("${i}")).collect::<Vec<_>>().join(", ")
 }
 
-/// A cache of multi-row statement texts, one per (name, chunk size).
+/// `sql` with its `$N` parameters made anonymous (`?`), when they appear
+/// exactly in the order `$1, $2, …` (then binding by position is the
+/// same); otherwise `sql` unchanged.
+pub(super) fn anonymize(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len());
+    let mut expected = 1usize;
+    let mut rest = sql;
+    while let Some(at) = rest.find('$') {
+        let digits = rest[at + 1..].bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return sql.to_string();
+        }
+        if rest[at + 1..at + 1 + digits].parse::<usize>().ok() != Some(expected) {
+            return sql.to_string();
+        }
+        out.push_str(&rest[..at]);
+        out.push('?');
+        rest = &rest[at + 1 + digits..];
+        expected += 1;
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A cache of multi-row statement texts, one per (name, chunk size), in
+/// the parameter style of one backend.
 pub(super) struct Statements {
+    anonymous: bool,
     texts: std::sync::Mutex<std::collections::BTreeMap<(&'static str, usize), &'static str>>,
 }
 
 impl Statements {
-    pub(super) const fn new() -> Self {
+    pub(super) const fn new(anonymous: bool) -> Self {
         Statements {
+            anonymous,
             texts: std::sync::Mutex::new(std::collections::BTreeMap::new()),
         }
     }
@@ -112,9 +144,11 @@ impl Statements {
     /// the life of the process (at most five sizes per statement).
     pub(super) fn get(&self, name: &'static str, rows: usize, build: impl FnOnce(usize) -> String) -> &'static str {
         let mut texts = self.texts.lock().expect("statement cache lock");
-        texts
-            .entry((name, rows))
-            .or_insert_with(|| Box::leak(build(rows).into_boxed_str()))
+        texts.entry((name, rows)).or_insert_with(|| {
+            let sql = build(rows);
+            let sql = if self.anonymous { anonymize(&sql) } else { sql };
+            Box::leak(sql.into_boxed_str())
+        })
     }
 }
 
@@ -137,5 +171,14 @@ mod tests {
     fn values_and_placeholders_number_from_one() {
         assert_eq!(values(2, 2), "($1, $2), ($3, $4)");
         assert_eq!(placeholders(3, 3), "$3, $4, $5");
+    }
+
+    #[test]
+    fn parameters_in_order_become_anonymous_and_others_stay() {
+        assert_eq!(anonymize("VALUES ($1, $2), ($3, $4) LIMIT $5"), "VALUES (?, ?), (?, ?) LIMIT ?");
+        assert_eq!(anonymize("WHERE a = $1 AND b = $1"), "WHERE a = $1 AND b = $1");
+        assert_eq!(anonymize("WHERE a = $2 AND b = $1"), "WHERE a = $2 AND b = $1");
+        assert_eq!(anonymize("SELECT 1"), "SELECT 1");
+        assert_eq!(anonymize("a $ b"), "a $ b");
     }
 }

@@ -2,11 +2,13 @@
 //! batch, in one consistent view), the fenced commit of what they decided,
 //! and the dead letters of evaluations that failed in the host.
 //!
-//! The fence: a commit names the snapshot it judged (item version and event
-//! sequence). It applies only while the item is still at that version and
-//! no newer snapshot's evaluation has committed (`evaluated_seq <= seq`),
-//! whether it changes the status or only records decisions; anything else
-//! is `Stale`, writes nothing, and the worker judges the item again.
+//! The fence: a commit names the snapshot it judged (item version and
+//! evaluation round). It applies only while the item is still at that
+//! version and no other evaluation has committed since the snapshot
+//! (`eval_round` unchanged, then bumped), whether it changes the status or
+//! only records decisions; anything else is `Stale`, writes nothing, and
+//! the worker judges the item again. So two workers that judged the same
+//! snapshot (a lease lost) never both record decisions.
 
 use super::{Item, NewDecision, StoreResult};
 use crate::clock::Millis;
@@ -73,9 +75,10 @@ pub struct EvaluationCommit {
     pub item_id: String,
     /// The item version the snapshot was read at.
     pub snapshot_version: i64,
-    /// `event_seq` the snapshot saw; a later event keeps the item scheduled,
-    /// and a commit of an older snapshot than the last one committed is refused.
+    /// `event_seq` the snapshot saw; a later event keeps the item scheduled.
     pub snapshot_event_seq: i64,
+    /// `eval_round` the snapshot saw: the commit applies only if it is unchanged.
+    pub snapshot_round: i64,
     pub from: ItemStatus,
     /// The status to move to, `None` to leave the status as it is.
     pub to: Option<ItemStatus>,
@@ -169,7 +172,7 @@ macro_rules! impl_evaluations {
             use $crate::store::shared::NewTransition;
             use $crate::store::*;
 
-            static STATEMENTS: Statements = Statements::new();
+            static STATEMENTS: Statements = Statements::new(<$store as $crate::store::dialect::Dialect>::ANONYMOUS_PARAMETERS);
 
             /// `sql` with `IN (LIST)` replaced by `n` placeholders from `$1`.
             fn in_list(name: &'static str, n: usize, sql: &'static str) -> &'static str {
@@ -351,15 +354,16 @@ macro_rules! impl_evaluations {
                     rest = tail;
                     let sql = STATEMENTS.get("commit_transition", size, |n| {
                         format!(
-                            "WITH v (id, version, seq, from_status, to_status, now) AS (VALUES {}) \
+                            "WITH v (id, version, seq, round, from_status, to_status, now) AS (VALUES {}) \
                              UPDATE items SET status = v.to_status, version = items.version + 1, decided_by = 'rules', \
                              updated_at = v.now, \
                              needs_eval_since = CASE WHEN items.event_seq = v.seq THEN NULL ELSE items.needs_eval_since END, \
-                             evaluated_seq = v.seq FROM v WHERE items.id = v.id AND items.version = v.version \
-                             AND items.status = v.from_status AND items.evaluated_seq <= v.seq \
+                             evaluated_seq = v.seq, eval_round = items.eval_round + 1 FROM v \
+                             WHERE items.id = v.id AND items.version = v.version \
+                             AND items.status = v.from_status AND items.eval_round = v.round \
                              AND (items.decided_by IS NULL OR items.decided_by <> 'moderator') \
                              RETURNING items.id, items.version",
-                            values(n, 6)
+                            values(n, 7)
                         )
                     });
                     let mut q = sqlx::query_as::<_, (String, i64)>(sql);
@@ -369,6 +373,7 @@ macro_rules! impl_evaluations {
                             .bind(&c.item_id)
                             .bind(c.snapshot_version)
                             .bind(c.snapshot_event_seq)
+                            .bind(c.snapshot_round)
                             .bind(c.from.as_str())
                             .bind(to.as_str())
                             .bind(c.now);
@@ -387,16 +392,17 @@ macro_rules! impl_evaluations {
                     rest = tail;
                     let sql = STATEMENTS.get("commit_record", size, |n| {
                         format!(
-                            "WITH v (id, version, seq) AS (VALUES {}) UPDATE items SET \
+                            "WITH v (id, version, seq, round) AS (VALUES {}) UPDATE items SET \
                              needs_eval_since = CASE WHEN items.event_seq = v.seq THEN NULL ELSE items.needs_eval_since END, \
-                             evaluated_seq = v.seq FROM v WHERE items.id = v.id AND items.version = v.version \
-                             AND items.evaluated_seq <= v.seq RETURNING items.id",
-                            values(n, 3)
+                             evaluated_seq = v.seq, eval_round = items.eval_round + 1 FROM v \
+                             WHERE items.id = v.id AND items.version = v.version AND items.eval_round = v.round \
+                             RETURNING items.id",
+                            values(n, 4)
                         )
                     });
                     let mut q = sqlx::query_scalar::<_, String>(sql);
                     for c in chunk {
-                        q = q.bind(&c.item_id).bind(c.snapshot_version).bind(c.snapshot_event_seq);
+                        q = q.bind(&c.item_id).bind(c.snapshot_version).bind(c.snapshot_event_seq).bind(c.snapshot_round);
                     }
                     applied.extend(q.fetch_all(&mut **tx).await?);
                 }

@@ -68,7 +68,7 @@ macro_rules! impl_events {
             use $crate::store::dialect::{Dialect, Statements, chunk_sizes, retry_conflicts, values};
             use $crate::store::*;
 
-            static STATEMENTS: Statements = Statements::new();
+            static STATEMENTS: Statements = Statements::new(<$store as $crate::store::dialect::Dialect>::ANONYMOUS_PARAMETERS);
 
             /// Bumps each item's event sequence once per event for it;
             /// returns item → (new sequence, needs_eval_since) for the

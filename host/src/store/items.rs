@@ -34,9 +34,11 @@ pub struct Item {
     pub needs_eval_since: Option<Millis>,
     /// Bumped by every event.
     pub event_seq: i64,
-    /// `event_seq` of the newest committed evaluation: a commit from an
-    /// older snapshot is refused.
+    /// `event_seq` of the newest committed evaluation.
     pub evaluated_seq: i64,
+    /// Evaluations committed so far: an evaluation commits only while no
+    /// other has since its snapshot (the fencing token of evaluations).
+    pub eval_round: i64,
     /// Bumped by every `edit`: a provider's answer holds for one content version.
     pub content_version: i64,
     pub created_at: Millis,
@@ -170,6 +172,20 @@ pub enum Transition {
 /// A position in the review queue: (updated_at, id) of the last item seen.
 pub type ReviewCursor = (Millis, String);
 
+/// The review queue's page cursor as the API hands it out: `AT_ID`.
+pub fn encode_review_cursor((at, id): &ReviewCursor) -> String {
+    format!("{at}_{id}")
+}
+
+/// Reads a cursor [`encode_review_cursor`] wrote; `None` for anything else
+/// (a time that is not a non-negative integer, an id that could not be one).
+pub fn parse_review_cursor(s: &str) -> Option<ReviewCursor> {
+    let (at, id) = s.split_once('_')?;
+    let at: Millis = at.parse().ok().filter(|at| *at >= 0)?;
+    let plausible_id = !id.trim().is_empty() && id.len() <= 256 && !id.chars().any(char::is_control);
+    plausible_id.then(|| (at, id.to_string()))
+}
+
 /// Reading items, and changing their status by hand.
 #[async_trait::async_trait]
 pub trait Items: Send + Sync {
@@ -233,38 +249,59 @@ pub enum ModerationOutcome {
     },
 }
 
-/// A moderator's decision, as the API and the console make it.
+/// Who changes an item by hand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ManualActor<'a> {
+    /// A moderator: any manual target, on any item.
+    Moderator,
+    /// The item's author, through the client that submitted it: deletion
+    /// only, and only of that client's items (another client's item is
+    /// `NotFound`).
+    Author { client: &'a str },
+}
+
+/// A decision by hand, as the API and the console make it.
 #[derive(Debug, Clone)]
 pub struct Moderation<'a> {
     pub id: &'a str,
     pub to: ItemStatus,
-    /// The version the moderator looked at (`If-Match`).
+    /// The version the person looked at (`If-Match`).
     pub if_match: Option<i64>,
-    /// The moderator's token name: the identity in the audit trail.
-    pub moderator: &'a str,
+    pub by: ManualActor<'a>,
+    /// The token's name: the identity in the audit trail.
+    pub name: &'a str,
     /// A display note from the request, kept beside the identity.
     pub note: Option<&'a str>,
     pub reason: &'a str,
     pub correlation_id: &'a str,
 }
 
-/// A moderator's decision. Reads the item, then applies a conditional
+/// A decision by hand. Reads the item, then applies a conditional
 /// transition; a concurrent automated change makes it re-read and retry
 /// (a manual decision wins), unless the caller pinned a version with
 /// `If-Match`, which then answers `VersionMismatch`.
 pub async fn moderate(store: &dyn Items, m: &Moderation<'_>) -> StoreResult<ModerationOutcome> {
     const ATTEMPTS: usize = 8;
+    let (actor, cause) = match m.by {
+        ManualActor::Moderator => (Actor::Moderator, Cause::Moderation),
+        ManualActor::Author { .. } => (Actor::Author, Cause::AuthorDeleted),
+    };
     for _ in 0..ATTEMPTS {
         let Some(details) = store.item_details(m.id).await? else {
             return Ok(ModerationOutcome::NotFound);
         };
         let item = &details.item;
+        if let ManualActor::Author { client } = m.by
+            && client != item.client
+        {
+            return Ok(ModerationOutcome::NotFound);
+        }
         if let Some(expected) = m.if_match
             && expected != item.version
         {
             return Ok(ModerationOutcome::VersionMismatch { current: item.version });
         }
-        if !can_transition(item.status, m.to, Actor::Moderator) {
+        if !can_transition(item.status, m.to, actor) {
             return Ok(ModerationOutcome::Illegal { from: item.status });
         }
         let req = TransitionRequest {
@@ -272,10 +309,10 @@ pub async fn moderate(store: &dyn Items, m: &Moderation<'_>) -> StoreResult<Mode
             expected_version: item.version,
             from: item.status,
             to: m.to,
-            actor: Actor::Moderator,
-            actor_name: Some(m.moderator.to_string()),
+            actor,
+            actor_name: Some(m.name.to_string()),
             actor_note: m.note.map(str::to_string),
-            cause: Cause::Moderation,
+            cause,
             reason: m.reason.to_string(),
             correlation_id: m.correlation_id.to_string(),
             now: now_ms(),
@@ -296,7 +333,7 @@ pub async fn moderate(store: &dyn Items, m: &Moderation<'_>) -> StoreResult<Mode
         }
     }
     Err(StoreError::Conflict(format!(
-        "item {} kept changing; moderation not applied after {ATTEMPTS} attempts",
+        "item {} kept changing; not applied after {ATTEMPTS} attempts",
         m.id
     )))
 }
@@ -560,3 +597,25 @@ macro_rules! impl_items {
     };
 }
 pub(super) use impl_items;
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn review_cursors_round_trip(at in 0i64..=i64::MAX, id in "[0-9a-zA-Z_-]{1,64}") {
+            let c = (at, id);
+            prop_assert_eq!(parse_review_cursor(&encode_review_cursor(&c)), Some(c));
+        }
+
+        #[test]
+        fn any_string_parses_to_a_plausible_cursor_or_none(s in any::<String>()) {
+            if let Some((at, id)) = parse_review_cursor(&s) {
+                prop_assert!(at >= 0);
+                prop_assert!(!id.trim().is_empty() && id.len() <= 256 && !id.chars().any(char::is_control));
+            }
+        }
+    }
+}

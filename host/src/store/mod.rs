@@ -136,7 +136,7 @@ pub trait Backend: Send + Sync + 'static {
 }
 
 /// Every capability of a store. Run the conformance suite in
-/// `tests/tests/store.rs` against a new backend. Consumers take the
+/// `tests/tests/suite/store.rs` against a new backend. Consumers take the
 /// narrowest capability they need (`Arc<dyn Outbox>` for the dispatcher).
 pub trait ItemStore:
     Backend + Items + Submissions + Events + Idempotency + Evaluations + Outbox + Providers + PluginHistory + Retention

@@ -60,6 +60,16 @@ impl ChangeCursor {
     }
 }
 
+/// Where a webhook endpoint seen for the first time starts reading the
+/// outbox: events from then on (the default), or every event still retained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FeedStart {
+    #[default]
+    Latest,
+    Earliest,
+}
+
 /// Which outbox events a webhook endpoint receives.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EndpointFilter {
@@ -106,8 +116,17 @@ pub struct DeliveryRecord {
 /// The outbox, its feed and its deliveries.
 #[async_trait::async_trait]
 pub trait Outbox: Send + Sync {
-    /// Creates the deliveries of up to `limit` outbox events not fanned out
-    /// yet, one per accepting endpoint; returns how many events it handled.
+    /// Gives each endpoint its cursor over the outbox if it has none yet,
+    /// at `start`; an endpoint keeps its cursor across restarts and
+    /// configuration changes, so no event is skipped or fanned out twice.
+    async fn register_endpoints(&self, endpoints: &[(&str, FeedStart)], now: Millis) -> StoreResult<()>;
+
+    /// Advances each endpoint's cursor over up to `limit` outbox events
+    /// (in feed order), creating a delivery for each event the endpoint
+    /// accepts, in one transaction per endpoint; an endpoint another
+    /// process is fanning out right now is skipped. Returns the most events
+    /// any endpoint advanced over. An endpoint without a cursor (never
+    /// registered) is skipped.
     async fn fan_out(&self, endpoints: &[EndpointFilter], now: Millis, limit: i64) -> StoreResult<usize>;
 
     /// Claims due deliveries to `endpoints` (the ones this process can send
@@ -157,12 +176,97 @@ macro_rules! impl_outbox {
             const DELIVERY_COLUMNS: &str = "id, event_id, endpoint, item_id, item_version, status, attempts, \
                 next_attempt_at, last_error, created_at, delivered_at";
 
-            static FAN_OUT: LazyLock<String> = LazyLock::new(|| {
+            /// After a cursor: `(txid, seq) > ($1, $2)`.
+            const AFTER_CURSOR: &str = "(txid > $1 OR (txid = $1 AND seq > $2))";
+            static CURSOR: LazyLock<String> = LazyLock::new(|| {
                 format!(
-                    "SELECT seq, event_id, to_status, kind FROM outbox WHERE NOT fanned_out ORDER BY seq LIMIT $1{}",
+                    "SELECT txid, seq FROM webhook_cursors WHERE endpoint = $1{}",
                     <$store as Dialect>::SKIP_LOCKED
                 )
             });
+            static FAN_OUT: LazyLock<String> = LazyLock::new(|| {
+                format!(
+                    "SELECT txid, seq, event_id, item_id, item_version, to_status, kind FROM outbox \
+                     WHERE {AFTER_CURSOR}{} ORDER BY txid, seq LIMIT $3",
+                    <$store as Dialect>::FEED_HORIZON
+                )
+            });
+            static FEED_HEAD: LazyLock<String> = LazyLock::new(|| {
+                format!(
+                    "SELECT txid, seq FROM outbox WHERE TRUE{} ORDER BY txid DESC, seq DESC LIMIT 1",
+                    <$store as Dialect>::FEED_HORIZON
+                )
+            });
+            static STATEMENTS: $crate::store::dialect::Statements =
+                $crate::store::dialect::Statements::new(<$store as Dialect>::ANONYMOUS_PARAMETERS);
+
+            type FeedRow = (i64, i64, String, String, i64, String, String);
+
+            /// One endpoint's round: its cursor (skipped when another
+            /// process holds it), the events after it, the deliveries of
+            /// those it accepts, the cursor moved past them.
+            async fn fan_out_endpoint(
+                tx: &mut sqlx::Transaction<'_, $db>,
+                e: &EndpointFilter,
+                now: Millis,
+                limit: i64,
+            ) -> StoreResult<usize> {
+                let Some((txid, seq)) = sqlx::query_as::<_, (i64, i64)>(CURSOR.as_str())
+                    .bind(&e.name)
+                    .fetch_optional(&mut **tx)
+                    .await?
+                else {
+                    return Ok(0);
+                };
+                let events = sqlx::query_as::<_, FeedRow>(FAN_OUT.as_str())
+                    .bind(txid)
+                    .bind(seq)
+                    .bind(limit)
+                    .fetch_all(&mut **tx)
+                    .await?;
+                let Some(&(last_txid, last_seq, ..)) = events.last() else {
+                    return Ok(0);
+                };
+                let mut accepted = Vec::with_capacity(events.len());
+                for event in &events {
+                    if e.accepts(rows::parse(&event.5)?, &event.6) {
+                        accepted.push(event);
+                    }
+                }
+                let mut rest = &accepted[..];
+                for size in $crate::store::dialect::chunk_sizes(accepted.len()) {
+                    let (chunk, tail) = rest.split_at(size);
+                    rest = tail;
+                    let sql = STATEMENTS.get("deliveries", size, |n| {
+                        format!(
+                            "INSERT INTO deliveries (event_id, endpoint, item_id, item_version, status, \
+                             next_attempt_at, created_at) VALUES {} ON CONFLICT (event_id, endpoint) DO NOTHING",
+                            $crate::store::dialect::values(n, 7)
+                        )
+                    });
+                    let mut q = sqlx::query(sql);
+                    for (_, _, event_id, item_id, version, ..) in chunk {
+                        q = q
+                            .bind(event_id)
+                            .bind(&e.name)
+                            .bind(item_id)
+                            .bind(*version)
+                            .bind("pending")
+                            .bind(now)
+                            .bind(now);
+                    }
+                    q.execute(&mut **tx).await?;
+                }
+                sqlx::query("UPDATE webhook_cursors SET txid = $2, seq = $3, updated_at = $4 WHERE endpoint = $1")
+                    .bind(&e.name)
+                    .bind(last_txid)
+                    .bind(last_seq)
+                    .bind(now)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(events.len())
+            }
+
             static CHANGES_ALL: LazyLock<String> = LazyLock::new(|| {
                 format!(
                     "SELECT {CHANGE_COLUMNS} FROM outbox WHERE (txid > $1 OR (txid = $1 AND seq > $2)){} \
@@ -180,7 +284,7 @@ macro_rules! impl_outbox {
 
             /// Due deliveries to the listed endpoints whose item has no
             /// earlier version pending for the same endpoint, nor an earlier
-            /// event not fanned out yet.
+            /// event the endpoint's cursor has not passed yet.
             fn claim_sql(endpoints: usize) -> String {
                 format!(
                     "UPDATE deliveries SET next_attempt_at = $2, attempts = attempts + 1 WHERE id IN (\
@@ -188,8 +292,9 @@ macro_rules! impl_outbox {
                      AND d.endpoint IN ({}) \
                      AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.endpoint = d.endpoint AND e.item_id = d.item_id \
                      AND e.status = 'pending' AND e.item_version < d.item_version) \
-                     AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.item_id = d.item_id \
-                     AND o.item_version < d.item_version AND NOT o.fanned_out) \
+                     AND NOT EXISTS (SELECT 1 FROM outbox o JOIN webhook_cursors c ON c.endpoint = d.endpoint \
+                     WHERE o.item_id = d.item_id AND o.item_version < d.item_version \
+                     AND (o.txid > c.txid OR (o.txid = c.txid AND o.seq > c.seq))) \
                      ORDER BY d.next_attempt_at, d.id LIMIT $3{}) RETURNING id, event_id, endpoint, attempts",
                     placeholders(4, endpoints),
                     <$store as Dialect>::SKIP_LOCKED
@@ -237,56 +342,63 @@ macro_rules! impl_outbox {
 
             #[async_trait::async_trait]
             impl Outbox for $store {
-                async fn fan_out(&self, endpoints: &[EndpointFilter], now: Millis, limit: i64) -> StoreResult<usize> {
-                    // A cheap read first: the write transaction (on SQLite, the
-                    // one write lock) only when there is something to do.
-                    if sqlx::query("SELECT 1 FROM outbox WHERE NOT fanned_out LIMIT 1")
-                        .fetch_optional(self.read_pool())
-                        .await?
-                        .is_none()
-                    {
-                        return Ok(0);
-                    }
+                async fn register_endpoints(&self, endpoints: &[(&str, FeedStart)], now: Millis) -> StoreResult<()> {
                     retry_conflicts!(async {
                         let mut tx = self.begin_write().await?;
-                        if endpoints.is_empty() {
-                            let n = sqlx::query(
-                                "UPDATE outbox SET fanned_out = TRUE WHERE seq IN \
-                                 (SELECT seq FROM outbox WHERE NOT fanned_out ORDER BY seq LIMIT $1)",
-                            )
-                            .bind(limit)
-                            .execute(&mut *tx)
+                        let head = sqlx::query_as::<_, (i64, i64)>(FEED_HEAD.as_str())
+                            .fetch_optional(&mut *tx)
                             .await?
-                            .rows_affected();
-                            tx.commit().await?;
-                            return Ok(n as usize);
-                        }
-                        let events = sqlx::query_as::<_, (i64, String, String, String)>(FAN_OUT.as_str())
-                            .bind(limit)
-                            .fetch_all(&mut *tx)
+                            .unwrap_or((0, 0));
+                        for (name, start) in endpoints {
+                            let (txid, seq) = match start {
+                                FeedStart::Latest => head,
+                                FeedStart::Earliest => (0, 0),
+                            };
+                            sqlx::query(
+                                "INSERT INTO webhook_cursors (endpoint, txid, seq, updated_at) VALUES ($1, $2, $3, $4) \
+                                 ON CONFLICT (endpoint) DO NOTHING",
+                            )
+                            .bind(*name)
+                            .bind(txid)
+                            .bind(seq)
+                            .bind(now)
+                            .execute(&mut *tx)
                             .await?;
-                        for (seq, event_id, to_status, kind) in &events {
-                            let to = rows::parse(to_status)?;
-                            for e in endpoints.iter().filter(|e| e.accepts(to, kind)) {
-                                sqlx::query(
-                                    "INSERT INTO deliveries (event_id, endpoint, item_id, item_version, status, \
-                                     next_attempt_at, created_at) SELECT event_id, $2, item_id, item_version, 'pending', \
-                                     $3, $3 FROM outbox WHERE event_id = $1 ON CONFLICT (event_id, endpoint) DO NOTHING",
-                                )
-                                .bind(event_id)
-                                .bind(&e.name)
-                                .bind(now)
-                                .execute(&mut *tx)
-                                .await?;
-                            }
-                            sqlx::query("UPDATE outbox SET fanned_out = TRUE WHERE seq = $1")
-                                .bind(*seq)
-                                .execute(&mut *tx)
-                                .await?;
                         }
                         tx.commit().await?;
-                        Ok(events.len())
+                        Ok(())
                     })
+                }
+
+                async fn fan_out(&self, endpoints: &[EndpointFilter], now: Millis, limit: i64) -> StoreResult<usize> {
+                    if endpoints.is_empty() {
+                        return Ok(0);
+                    }
+                    // A cheap read first: the write transaction (on SQLite, the
+                    // one write lock) only when some cursor has events after it.
+                    let pending = format!(
+                        "SELECT 1 FROM webhook_cursors c WHERE c.endpoint IN ({}) AND EXISTS (SELECT 1 FROM outbox o \
+                         WHERE o.txid > c.txid OR (o.txid = c.txid AND o.seq > c.seq)) LIMIT 1",
+                        placeholders(1, endpoints.len())
+                    );
+                    let mut q = sqlx::query(&pending);
+                    for e in endpoints {
+                        q = q.bind(&e.name);
+                    }
+                    if q.fetch_optional(self.read_pool()).await?.is_none() {
+                        return Ok(0);
+                    }
+                    let mut most = 0;
+                    for e in endpoints {
+                        let advanced = retry_conflicts!(async {
+                            let mut tx = self.begin_write().await?;
+                            let n = fan_out_endpoint(&mut tx, e, now, limit).await?;
+                            tx.commit().await?;
+                            Ok(n)
+                        })?;
+                        most = most.max(advanced);
+                    }
+                    Ok(most)
                 }
 
                 async fn claim_deliveries(
@@ -429,3 +541,24 @@ macro_rules! impl_outbox {
     };
 }
 pub(super) use impl_outbox;
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn change_cursors_round_trip(txid in 0i64..=i64::MAX, seq in 0i64..=i64::MAX) {
+            let c = ChangeCursor { txid, seq };
+            prop_assert_eq!(ChangeCursor::parse(&c.encode()), Some(c));
+        }
+
+        #[test]
+        fn any_string_parses_to_a_cursor_or_none(s in any::<String>()) {
+            if let Some(c) = ChangeCursor::parse(&s) {
+                prop_assert!(c.txid >= 0 && c.seq >= 0);
+            }
+        }
+    }
+}

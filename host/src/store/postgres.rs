@@ -20,7 +20,8 @@ pub struct PgStore {
 impl PgStore {
     /// Connects to `url` and migrates the database.
     pub async fn open(url: &str, max_connections: u32) -> anyhow::Result<Self> {
-        let options = PgConnectOptions::from_str(url)?;
+        // Every multi-row text (five sizes per statement) stays prepared.
+        let options = PgConnectOptions::from_str(url)?.statement_cache_capacity(512);
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.max(2))
             .acquire_timeout(Duration::from_secs(5))
@@ -37,6 +38,7 @@ impl Dialect for PgStore {
     const FOR_UPDATE: &'static str = " FOR UPDATE";
     const FEED_HORIZON: &'static str = " AND txid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint";
     const NOW_MS: &'static str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint";
+    const ANONYMOUS_PARAMETERS: bool = false;
 
     fn read_pool(&self) -> &Pool<Postgres> {
         &self.pool

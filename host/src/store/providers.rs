@@ -143,7 +143,7 @@ macro_rules! impl_providers {
                 LazyLock::new(|| format!("SELECT version FROM items WHERE id = $1{}", <$store as Dialect>::FOR_UPDATE));
             static CALLBACK_REQUEST: LazyLock<String> = LazyLock::new(|| {
                 format!(
-                    "SELECT status, item_version, attempts FROM provider_requests \
+                    "SELECT status, item_version, attempts, deadline_at FROM provider_requests \
                      WHERE key = $1 AND provider = $2 AND item_id = $3{}",
                     <$store as Dialect>::FOR_UPDATE
                 )
@@ -211,13 +211,13 @@ macro_rules! impl_providers {
                 cb: &NewCallback,
                 callback_id: i64,
             ) -> StoreResult<Result<(i64, i32), CallbackOutcome>> {
-                let request = sqlx::query_as::<_, (String, i64, i32)>(CALLBACK_REQUEST.as_str())
+                let request = sqlx::query_as::<_, (String, i64, i32, i64)>(CALLBACK_REQUEST.as_str())
                     .bind(&cb.request_key)
                     .bind(&cb.provider)
                     .bind(&cb.item_id)
                     .fetch_optional(&mut **tx)
                     .await?;
-                let Some((status, item_version, attempts)) = request else {
+                let Some((status, item_version, attempts, deadline_at)) = request else {
                     record(tx, callback_id, CallbackResult::Unknown, "no such request for this provider and item", cb.now).await?;
                     return Ok(Err(CallbackOutcome::Unknown));
                 };
@@ -229,6 +229,13 @@ macro_rules! impl_providers {
                 }
                 if !status.is_active() {
                     let detail = format!("the request is {status}");
+                    record(tx, callback_id, CallbackResult::Stale, &detail, cb.now).await?;
+                    return Ok(Err(CallbackOutcome::Stale { detail }));
+                }
+                // Past its deadline the item belongs to a human, even before
+                // the expiry pass has moved it.
+                if cb.now >= deadline_at {
+                    let detail = "the request's deadline passed".to_string();
                     record(tx, callback_id, CallbackResult::Stale, &detail, cb.now).await?;
                     return Ok(Err(CallbackOutcome::Stale { detail }));
                 }

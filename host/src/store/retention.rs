@@ -125,9 +125,13 @@ macro_rules! impl_retention {
                         .await?;
                         out.outbox = delete(
                             self,
-                            "DELETE FROM outbox WHERE seq IN (SELECT o.seq FROM outbox o WHERE o.fanned_out \
-                             AND o.created_at < $1 AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = o.event_id) \
-                             LIMIT $2)",
+                            // Past its time, no delivery left, and every endpoint's
+                            // cursor past it (a cursor that has not moved for the
+                            // whole period belongs to an endpoint nobody serves).
+                            "DELETE FROM outbox WHERE seq IN (SELECT o.seq FROM outbox o WHERE o.created_at < $1 \
+                             AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = o.event_id) \
+                             AND NOT EXISTS (SELECT 1 FROM webhook_cursors c WHERE c.updated_at >= $1 \
+                             AND (o.txid > c.txid OR (o.txid = c.txid AND o.seq > c.seq))) LIMIT $2)",
                             Some(now - keep),
                             p.chunk,
                         )

@@ -25,7 +25,7 @@ pub(super) struct NewTransition<'a> {
 }
 
 pub(super) const ITEM_COLUMNS: &str = "id, client, external_id, kind, author, body, context, fingerprint, status, \
-     version, decided_by, sync_verdict, needs_eval_since, event_seq, evaluated_seq, content_version, created_at, \
+     version, decided_by, sync_verdict, needs_eval_since, event_seq, evaluated_seq, eval_round, content_version, created_at, \
      updated_at";
 
 pub(super) const DECISION_COLUMNS: &str = "id, item_id, item_version, plugin, plugin_version, plugin_digest, phase, \
@@ -51,7 +51,7 @@ macro_rules! impl_shared {
 
             pub(crate) type Tx<'a> = sqlx::Transaction<'a, $db>;
 
-            static STATEMENTS: Statements = Statements::new();
+            static STATEMENTS: Statements = Statements::new(<$store as $crate::store::dialect::Dialect>::ANONYMOUS_PARAMETERS);
 
             /// Inserts audit rows, one statement per chunk.
             pub(crate) async fn insert_transitions(tx: &mut Tx<'_>, rows: &[NewTransition<'_>]) -> StoreResult<()> {
@@ -291,6 +291,7 @@ macro_rules! impl_shared {
                     needs_eval_since: row.try_get("needs_eval_since")?,
                     event_seq: row.try_get("event_seq")?,
                     evaluated_seq: row.try_get("evaluated_seq")?,
+                    eval_round: row.try_get("eval_round")?,
                     content_version: row.try_get("content_version")?,
                     created_at: row.try_get("created_at")?,
                     updated_at: row.try_get("updated_at")?,

@@ -92,7 +92,7 @@ macro_rules! impl_submissions {
             use $crate::store::shared::NewTransition;
             use $crate::store::*;
 
-            static STATEMENTS: Statements = Statements::new();
+            static STATEMENTS: Statements = Statements::new(<$store as $crate::store::dialect::Dialect>::ANONYMOUS_PARAMETERS);
 
             /// Earlier items by the same author with the same text in the
             /// window, per write (`writes` indexes into `batch`).
@@ -317,6 +317,7 @@ macro_rules! impl_submissions {
                         needs_eval_since: decision.needs_eval.then_some(it.now),
                         event_seq: 0,
                         evaluated_seq: 0,
+                        eval_round: 0,
                         content_version: 1,
                         created_at: it.now,
                         updated_at: it.now,

@@ -1,5 +1,6 @@
 //! The HTTP API against the real server on port 0, on both setups
-//! (docs/RELIABILITY.md I1-I4, H1, H2, H5, H6, and the end-to-end flow).
+//! (docs/RELIABILITY.md I1-I4, H1, H2, H4-H6, the batch endpoints and the
+//! end-to-end flow).
 
 use gavel_tests::server::{Setup, TestServer};
 use reqwest::StatusCode;
@@ -582,6 +583,178 @@ async fn an_empty_idempotency_key_header_is_malformed(setup: Setup) {
     s.stop().await.unwrap();
 }
 
+/// The author deletes an item through the client that submitted it:
+/// 200 with the deleted item, again 200 (repeatable), another client gets
+/// 404; afterwards no event, rule or moderator changes it.
+async fn an_author_deletes_through_its_client(setup: Setup) {
+    let s = TestServer::start(setup).await;
+    let id = s.submit("leaver", "something I regret").await;
+    let delete = |token: &str| s.http.delete(format!("{}/v1/items/{id}", s.url)).bearer_auth(token.to_string()).send();
+    let other = delete(&s.client2).await.unwrap();
+    assert_eq!(other.status(), StatusCode::NOT_FOUND, "another client's item");
+    for _ in 0..2 {
+        let r = delete(&s.client).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let item: Value = r.json().await.unwrap();
+        assert_eq!(item["status"], "deleted");
+    }
+    let item = s.get_json(&format!("/v1/items/{id}"), &s.moderator).await;
+    let deletions: Vec<&Value> = item["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["to_status"] == "deleted")
+        .collect();
+    assert_eq!(deletions.len(), 1, "deleted once: {item:#}");
+    assert_eq!(deletions[0]["actor"], "author");
+    assert_eq!(deletions[0]["actor_name"], "web");
+    assert_eq!(deletions[0]["cause"], "author_deleted");
+    assert_eq!(s.event(&id, "flag", "u1").await, 409, "no events on a deleted item");
+    let r = s
+        .post(&format!("/v1/items/{id}/moderation"), &s.moderator)
+        .json(&json!({"status": "visible", "reason": "undo"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST, "deleted is terminal");
+    s.stop().await.unwrap();
+}
+
+/// Who decided comes from the token; a `moderator` name in the body is
+/// kept as a display note beside it, never as the identity.
+async fn the_audit_trail_names_the_token_not_the_body(setup: Setup) {
+    let s = TestServer::start(setup).await;
+    let id = s.submit("audited", "an ordinary post").await;
+    s.settled(&id).await;
+    let r = s
+        .post(&format!("/v1/items/{id}/moderation"), &s.moderator)
+        .json(&json!({"status": "rejected", "reason": "spam", "moderator": "someone-else"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let item: Value = r.json().await.unwrap();
+    let last = item["transitions"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["actor"], "moderator");
+    assert_eq!(last["actor_name"], "mod", "the token's name");
+    assert_eq!(last["actor_note"], "someone-else");
+    s.stop().await.unwrap();
+}
+
+/// The batch endpoints: each entry gets what its single request would
+/// have, a refused entry fails alone, keys are per entry (a repeated batch
+/// replays each entry), and every acknowledged entry is stored.
+async fn batch_entries_are_answered_and_keyed_one_by_one(setup: Setup) {
+    let s = TestServer::start(setup).await;
+    let post = |n: u32| json!({"kind": "post", "author": format!("batcher-{n}"), "text": format!("batch post {n}")});
+    let mut entries: Vec<Value> = (0..5).map(post).collect();
+    entries[1]["external_id"] = json!("ext-batch-1");
+    entries[2]["idempotency_key"] = json!("batch-key-2");
+    entries[3]["author"] = json!("bad\u{0}author");
+    entries.push(json!({"kind": "post", "author": "batcher-dup", "text": "dup", "external_id": "ext-batch-1"}));
+    let send = |entries: &Vec<Value>| {
+        s.post("/v1/items/batch", &s.client)
+            .json(&json!({"items": entries}))
+            .send()
+    };
+    let r = send(&entries).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let first: Value = r.json().await.unwrap();
+    let statuses: Vec<u64> = first["results"].as_array().unwrap().iter().map(|r| r["status"].as_u64().unwrap()).collect();
+    assert_eq!(statuses, [202, 202, 202, 400, 202, 409], "{first:#}");
+    assert_eq!(first["results"][5]["body"]["error"]["code"], "duplicate_external_id");
+    let store = s.open_store().await;
+    for (i, result) in first["results"].as_array().unwrap().iter().enumerate() {
+        if result["status"] == 202 {
+            let id = result["body"]["id"].as_str().unwrap();
+            assert!(store.item(id).await.unwrap().is_some(), "entry {i} acknowledged and stored");
+        }
+    }
+    // The same batch again: the keyed entry replays its first answer, the
+    // external id is taken, the unkeyed entries are new items.
+    let again: Value = send(&entries).await.unwrap().json().await.unwrap();
+    assert_eq!(again["results"][2], first["results"][2], "replayed");
+    assert_eq!(again["results"][1]["status"], 409);
+    assert_ne!(again["results"][0]["body"]["id"], first["results"][0]["body"]["id"]);
+    // The same key with another body is refused for that entry alone.
+    let mut changed = entries.clone();
+    changed[2]["text"] = json!("another text");
+    let mismatch: Value = send(&changed).await.unwrap().json().await.unwrap();
+    assert_eq!(mismatch["results"][2]["status"], 422);
+    assert_eq!(mismatch["results"][0]["status"], 202);
+    // Events: per entry, keyed, an unknown item refused alone.
+    let id = first["results"][0]["body"]["id"].as_str().unwrap().to_string();
+    let events = json!({"events": [
+        {"item": id, "kind": "flag", "actor": "e1", "idempotency_key": "ev-key-1"},
+        {"item": "no-such-item", "kind": "flag", "actor": "e2"},
+        {"item": id, "kind": "upvote", "actor": "e3"},
+        {"item": id, "kind": "flag", "actor": "e1", "idempotency_key": "ev-key-1"},
+    ]});
+    let r: Value = s.post("/v1/events/batch", &s.client).json(&events).send().await.unwrap().json().await.unwrap();
+    let statuses: Vec<u64> = r["results"].as_array().unwrap().iter().map(|r| r["status"].as_u64().unwrap()).collect();
+    assert_eq!(statuses[..3], [202, 404, 202], "{r:#}");
+    assert!(matches!(statuses[3], 202 | 409), "a repeat of a key in the same batch replays or waits: {r:#}");
+    let item = s.get_json(&format!("/v1/items/{id}"), &s.moderator).await;
+    assert_eq!(item["counters"]["flag"], 1, "the keyed flag counted once: {item:#}");
+    assert_eq!(item["counters"]["upvote"], 1);
+    // Over the limits: the whole request is refused, nothing stored.
+    let too_many: Vec<Value> = (0..1001).map(post).collect();
+    let r = send(&too_many).await.unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    s.stop().await.unwrap();
+}
+
+/// H4: a client sending at twice its rate limit gets 429 with
+/// `Retry-After` for the excess, and the accepted rate is the limit
+/// (within 10 %, after the burst).
+async fn a_client_over_its_rate_gets_429_and_the_limit_holds(setup: Setup) {
+    let rate = 40u32;
+    let s = TestServer::start_with(setup, |c| {
+        c.ingest.client_rate_per_second = rate;
+        // A small burst absorbs the scheduling jitter of the paced sender.
+        c.ingest.client_burst = 10;
+    })
+    .await;
+    let secs = 5u64;
+    let total = 2 * rate as u64 * secs;
+    let interval = Duration::from_micros(1_000_000 / (2 * rate as u64));
+    let started = tokio::time::Instant::now();
+    let mut sends = tokio::task::JoinSet::new();
+    for i in 0..total {
+        tokio::time::sleep_until(started + interval * i as u32).await;
+        let req = s
+            .post("/v1/items", &s.client)
+            .json(&json!({"kind": "post", "author": format!("paced-{i}"), "text": format!("paced {i}")}));
+        sends.spawn(async move {
+            let r = req.send().await.unwrap();
+            let retry_after = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_string);
+            (r.status().as_u16(), retry_after)
+        });
+    }
+    let mut accepted = 0u64;
+    let mut limited = 0u64;
+    while let Some(r) = sends.join_next().await {
+        match r.unwrap() {
+            (202, _) => accepted += 1,
+            (429, retry_after) => {
+                limited += 1;
+                let secs: u64 = retry_after.expect("429 carries Retry-After").parse().unwrap();
+                assert!((1..=2).contains(&secs), "Retry-After {secs}");
+            }
+            (other, _) => panic!("unexpected status {other}"),
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let expected = 10.0 + f64::from(rate) * elapsed;
+    let ratio = accepted as f64 / expected;
+    assert!(
+        (0.9..=1.1).contains(&ratio),
+        "accepted {accepted} of {total} in {elapsed:.2} s; the limit allows {expected:.0} ({ratio:.2}×)"
+    );
+    assert_eq!(accepted + limited, total);
+    s.stop().await.unwrap();
+}
+
 gavel_tests::both!(
     submitted_items_settle_with_stamped_decisions,
     concurrent_retries_with_one_key_create_one_item,
@@ -592,4 +765,8 @@ gavel_tests::both!(
     duplicate_text_from_one_author_is_held,
     control_characters_are_refused_naming_the_field,
     an_empty_idempotency_key_header_is_malformed,
+    an_author_deletes_through_its_client,
+    the_audit_trail_names_the_token_not_the_body,
+    batch_entries_are_answered_and_keyed_one_by_one,
+    a_client_over_its_rate_gets_429_and_the_limit_holds,
 );

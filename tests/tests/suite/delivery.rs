@@ -26,6 +26,7 @@ fn webhook(url: &str) -> WebhookConfig {
         secret: SECRET.into(),
         statuses: vec![],
         kinds: vec![],
+        start: Default::default(),
     }
 }
 

@@ -1,4 +1,4 @@
-//! AI provider hand-off end to end (RELIABILITY.md C1, C2): a rule defers
+//! AI provider hand-off end to end (docs/RELIABILITY.md C1, C2): a rule defers
 //! items with media to a provider; gavel sends signed requests with a stable
 //! idempotency key; callbacks arrive duplicated, shuffled and stale, and
 //! exactly one is applied per request; a moderator's decision while waiting

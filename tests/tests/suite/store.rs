@@ -133,6 +133,7 @@ fn commit_of(data: &SnapshotData, to: Option<ItemStatus>) -> EvaluationCommit {
         item_id: data.item.id.clone(),
         snapshot_version: data.item.version,
         snapshot_event_seq: data.item.event_seq,
+        snapshot_round: data.item.eval_round,
         from: data.item.status,
         to,
         decisions: vec![decision("r")],
@@ -145,6 +146,32 @@ fn commit_of(data: &SnapshotData, to: Option<ItemStatus>) -> EvaluationCommit {
 
 async fn commit(store: &SharedStore, c: EvaluationCommit) -> CommitOutcome {
     store.commit_evaluations(&[c]).await.unwrap().remove(0)
+}
+
+/// Fans out until `endpoints` together hold `deliveries` deliveries (on
+/// PostgreSQL the feed shows a commit once every older transaction in the
+/// cluster has ended, so a round may not see it yet); returns the events
+/// advanced over, summed over rounds.
+async fn fan_out_until(store: &SharedStore, endpoints: &[EndpointFilter], now: i64, deliveries: usize) -> usize {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut advanced = 0;
+    loop {
+        advanced += store.fan_out(endpoints, now, 100).await.unwrap();
+        let names: Vec<&str> = endpoints.iter().map(|e| e.name.as_str()).collect();
+        let have = store
+            .deliveries(true, 1000)
+            .await
+            .unwrap()
+            .iter()
+            .filter(|d| names.contains(&d.endpoint.as_str()))
+            .count();
+        if have >= deliveries {
+            assert_eq!(have, deliveries, "no delivery twice");
+            return advanced;
+        }
+        assert!(std::time::Instant::now() < deadline, "{have} of {deliveries} deliveries");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// The changes feed's events of item `id`, once it shows at least `n` (on
@@ -208,10 +235,10 @@ async fn concurrent_transitions_from_one_state_have_one_winner(setup: Setup) {
     }
 }
 
-/// P2, every commit path: an item waiting on a provider (its deadline
-/// already past) is decided at once by a moderator, an evaluation that
-/// moves it, one that only records, the provider's callback and the
-/// deadline expiry. Exactly one status change applies, with one audit row
+/// P2, every commit path: an item waiting on a provider is decided at once
+/// by a moderator, an evaluation that moves it, one that only records, the
+/// provider's callback (before the deadline) and the deadline expiry (run
+/// as if the deadline had passed). Exactly one status change applies, with one audit row
 /// and one outbox event; nobody gets an error (on PostgreSQL every path
 /// locks the item first: no deadlock).
 async fn every_commit_path_racing_on_one_item_has_one_winner(setup: Setup) {
@@ -223,7 +250,7 @@ async fn every_commit_path_racing_on_one_item_has_one_winner(setup: Setup) {
         let handoff = EvaluationCommit {
             handoff: Some(Handoff {
                 provider: "classifier".into(),
-                deadline_at: now_ms() - 1,
+                deadline_at: now_ms() + 60_000,
             }),
             ..commit_of(&data, Some(ItemStatus::AwaitingProvider))
         };
@@ -283,7 +310,7 @@ async fn every_commit_path_racing_on_one_item_has_one_winner(setup: Setup) {
             let store = store.clone();
             tasks.spawn(async move {
                 store
-                    .expire_provider_requests(now_ms(), 10)
+                    .expire_provider_requests(now_ms() + 120_000, 10)
                     .await
                     .unwrap()
                     .iter()
@@ -357,6 +384,13 @@ async fn an_older_snapshot_never_overwrites_a_newer_evaluation(setup: Setup) {
         commit(&store, commit_of(&c, Some(ItemStatus::Rejected))).await,
         CommitOutcome::Stale
     );
+    // Two workers judging one snapshot and both leaving the status as it
+    // is: only the first records its decisions.
+    let e = snapshot(&store, "item-q7").await;
+    assert_eq!(commit(&store, commit_of(&e, None)).await, CommitOutcome::Recorded);
+    assert_eq!(commit(&store, commit_of(&e, None)).await, CommitOutcome::Stale);
+    let d = store.item_details("item-q7").await.unwrap().unwrap();
+    assert_eq!(d.decisions.len(), 3, "B's, c's and e's first commit, no duplicate");
 }
 
 /// Deliveries of one item to one endpoint are claimed in version order: a
@@ -388,7 +422,10 @@ async fn deliveries_are_claimed_in_version_order(setup: Setup) {
         },
     ];
     let now = now_ms();
-    assert_eq!(store.fan_out(&endpoints, now, 100).await.unwrap(), 4);
+    let cursors = [("all", FeedStart::Earliest), ("rejections", FeedStart::Earliest)];
+    store.register_endpoints(&cursors, now).await.unwrap();
+    // "all" gets the four versions, "rejections" only the last.
+    assert_eq!(fan_out_until(&store, &endpoints, now, 5).await, 4);
     assert_eq!(store.fan_out(&endpoints, now, 100).await.unwrap(), 0, "fanned out once");
     let claim = |at: i64, known: &'static [&'static str]| {
         let store = store.clone();
@@ -1002,7 +1039,8 @@ async fn retention_deletes_only_what_is_past_its_time(setup: Setup) {
         statuses: vec![],
         kinds: vec![],
     }];
-    store.fan_out(&endpoints, now_ms(), 100).await.unwrap();
+    store.register_endpoints(&[("all", FeedStart::Earliest)], now_ms()).await.unwrap();
+    fan_out_until(&store, &endpoints, now_ms(), 2).await;
     let claimed = store
         .claim_deliveries(&["all"], now_ms(), now_ms() + 1_000, 10)
         .await
@@ -1060,7 +1098,96 @@ async fn sqlite_commits_are_durable_by_default(setup: Setup) {
     assert_eq!(gavel::config::Config::default().sqlite_synchronous, Synchronous::Full);
 }
 
+
+/// Each endpoint reads the outbox from its own cursor: registered at
+/// `latest` it sees what came after, at `earliest` everything retained; a
+/// process that knows no endpoint consumes nothing (an endpoint configured
+/// on another node still gets every event); registering again keeps the
+/// position; two rounds never fan an event out twice.
+async fn webhook_cursors_are_per_endpoint(setup: Setup) {
+    let (store, _dir) = open(setup).await;
+    create(&store, "item-a").await;
+    let now = now_ms();
+    store
+        .register_endpoints(&[("early", FeedStart::Earliest), ("late", FeedStart::Latest)], now)
+        .await
+        .unwrap();
+    create(&store, "item-b").await;
+    let filter = |name: &str| EndpointFilter {
+        name: name.into(),
+        statuses: vec![],
+        kinds: vec![],
+    };
+    assert_eq!(store.fan_out(&[], now, 100).await.unwrap(), 0);
+    assert_eq!(store.fan_out(&[filter("unregistered")], now, 100).await.unwrap(), 0);
+    let both = [filter("early"), filter("late")];
+    assert_eq!(fan_out_until(&store, &both, now, 3).await, 2, "early advanced over both events");
+    let delivered = |endpoint: &'static str| {
+        let store = store.clone();
+        async move {
+            let mut items: Vec<String> = store
+                .deliveries(true, 100)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|d| d.endpoint == endpoint)
+                .map(|d| d.item_id)
+                .collect();
+            items.sort();
+            items
+        }
+    };
+    assert_eq!(delivered("early").await, ["item-a", "item-b"]);
+    assert_eq!(delivered("late").await, ["item-b"]);
+    store.register_endpoints(&[("late", FeedStart::Earliest)], now).await.unwrap();
+    create(&store, "item-c").await;
+    assert_eq!(fan_out_until(&store, &both, now, 5).await, 1);
+    assert_eq!(store.fan_out(&both, now, 100).await.unwrap(), 0);
+    assert_eq!(delivered("early").await, ["item-a", "item-b", "item-c"]);
+    assert_eq!(delivered("late").await, ["item-b", "item-c"], "the position was kept");
+}
+
+
+/// A callback that arrives after its request's deadline is stale even
+/// before the expiry pass has moved the item: past the deadline the item
+/// belongs to a human.
+async fn a_callback_past_its_deadline_is_stale(setup: Setup) {
+    let (store, _dir) = open(setup).await;
+    create(&store, "item-late").await;
+    let data = snapshot(&store, "item-late").await;
+    let deadline_at = now_ms() + 1_000;
+    let handoff = EvaluationCommit {
+        handoff: Some(Handoff {
+            provider: "classifier".into(),
+            deadline_at,
+        }),
+        ..commit_of(&data, Some(ItemStatus::AwaitingProvider))
+    };
+    assert_eq!(commit(&store, handoff).await, CommitOutcome::Transitioned { version: 2 });
+    let late = NewCallback {
+        provider: "classifier".into(),
+        event_id: "ev-late".into(),
+        request_key: provider_request_key("item-late", 2, "classifier"),
+        item_id: "item-late".into(),
+        payload: "{}".into(),
+        verdict: Verdict::Allow,
+        score: 0.1,
+        labels: vec![],
+        reason: "model".into(),
+        now: deadline_at,
+    };
+    assert!(matches!(store.apply_callback(&late).await.unwrap(), CallbackOutcome::Stale { .. }));
+    let item = store.item("item-late").await.unwrap().unwrap();
+    assert_eq!((item.status, item.version), (ItemStatus::AwaitingProvider, 2));
+    let expired = store.expire_provider_requests(deadline_at, 10).await.unwrap();
+    assert_eq!(expired.len(), 1);
+    let item = store.item("item-late").await.unwrap().unwrap();
+    assert_eq!(item.status, ItemStatus::HeldForReview);
+}
+
 gavel_tests::both!(
+    webhook_cursors_are_per_endpoint,
+    a_callback_past_its_deadline_is_stale,
     concurrent_transitions_from_one_state_have_one_winner,
     every_commit_path_racing_on_one_item_has_one_winner,
     an_older_snapshot_never_overwrites_a_newer_evaluation,
