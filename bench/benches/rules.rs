@@ -1,4 +1,4 @@
-//! B1 and B2 (BENCHMARKS.md): one rule evaluation through the host runtime
+//! B1 and B2 (docs/BENCHMARKS.md): one rule evaluation through the host runtime
 //! with a fresh instance and production limits, next to the same rule code
 //! compiled natively (the SDK's native harness) and to a reused instance
 //! (`reuse_instances = true`),

@@ -1,4 +1,4 @@
-//! `gavel-bench`: runs B3–B8 (BENCHMARKS.md), reads B1/B2 from criterion's
+//! `gavel-bench`: runs B3–B8 (docs/BENCHMARKS.md), reads B1/B2 from criterion's
 //! results, prints one table and writes `bench-results.json`. Run it with
 //! `cargo xtask bench` (which builds everything in release mode and runs
 //! the criterion benchmarks first).

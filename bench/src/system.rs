@@ -1,4 +1,4 @@
-//! B3–B8 (BENCHMARKS.md) against real `gavel serve` processes (the release
+//! B3–B8 (docs/BENCHMARKS.md) against real `gavel serve` processes (the release
 //! binary), a bare-axum baseline process, wrk, PostgreSQL and Redis started
 //! here like the tests start them.
 

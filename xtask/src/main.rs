@@ -4,7 +4,7 @@
 //!   `plugins/`, show their verdicts on sample cases, then `gavel serve`.
 //! - `test`: install what is missing, then run every test.
 //! - `bench [--quick]`: build in release mode and run every benchmark of
-//!   BENCHMARKS.md (B1–B8); prints the table and writes `bench-results.json`
+//!   docs/BENCHMARKS.md (B1–B8); prints the table and writes `bench-results.json`
 //!   (`--quick`: small counts, `bench-results-quick.json`; `test` runs it to
 //!   prove the benchmarks still run, asserting no times).
 //! - `build-plugins [DIR]`: build the example plugins and copy them, named
