@@ -75,17 +75,32 @@ fn ensure_wasm_target() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// componentize-py at the pinned version, via pip.
+/// componentize-py, which builds the Python guests, at the pinned version.
 fn ensure_componentize_py() -> anyhow::Result<()> {
-    let wanted = COMPONENTIZE_PY.split("==").nth(1).unwrap();
-    let have = output(Command::new("componentize-py").arg("--version")).unwrap_or_default();
-    if !have.contains(wanted) {
+    ensure_pip_tool("componentize-py", COMPONENTIZE_PY)
+}
+
+/// schemathesis, which the suite runs against the OpenAPI document
+/// (tests/tests/suite/schema.rs), at the version its settings were written for.
+const SCHEMATHESIS: &str = "schemathesis==4.32.5";
+
+fn ensure_schemathesis() -> anyhow::Result<()> {
+    ensure_pip_tool("schemathesis", SCHEMATHESIS)
+}
+
+/// Installs `spec` (`name==version`) with pip unless `command --version`
+/// already reports that version.
+fn ensure_pip_tool(command: &str, spec: &str) -> anyhow::Result<()> {
+    let wanted = spec.split("==").nth(1).expect("a pinned `name==version`");
+    let runs = || output(Command::new(command).arg("--version")).is_some_and(|v| v.contains(wanted));
+    if !runs() {
         let python = ["python3", "python"]
             .into_iter()
             .find(|p| output(Command::new(p).arg("--version")).is_some())
-            .context("python3 with pip is needed to install componentize-py")?;
-        sh(Command::new(python).args(["-m", "pip", "install", "--quiet", COMPONENTIZE_PY]))?;
+            .with_context(|| format!("python3 with pip is needed to install {command}"))?;
+        sh(Command::new(python).args(["-m", "pip", "install", "--quiet", spec]))?;
     }
+    anyhow::ensure!(runs(), "{command} {wanted} still not runnable after installing it (is pip's bin directory on PATH?)");
     Ok(())
 }
 
@@ -193,6 +208,7 @@ fn ensure_redis() -> anyhow::Result<()> {
 fn test(root: &Path) -> anyhow::Result<()> {
     ensure_wasm_target()?;
     ensure_componentize_py()?;
+    ensure_schemathesis()?;
     ensure_postgres()?;
     ensure_redis()?;
     // The kill tests run the real binary.

@@ -14,9 +14,12 @@ use utoipa::{IntoParams, ToSchema};
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct ChangesQuery {
-    /// `next_cursor` of the previous page; omit to start at the beginning.
+    /// `next_cursor` of the previous page; omit (or send empty) to start at
+    /// the beginning.
+    #[param(pattern = r"^([0-9]{1,18}\.[0-9]{1,18})?$")]
     pub after: Option<String>,
     /// 1-1000, default 100.
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
 }
 

@@ -54,11 +54,11 @@ fn event_body(a: &EventAppended) -> String {
     .expect("the response serializes")
 }
 
-fn validate_event(req: &EventRequest, max_text_bytes: usize) -> Result<(), ApiError> {
+fn validate_event(req: &EventRequest, max_text_chars: usize) -> Result<(), ApiError> {
     validate::identifier("actor", &req.actor, 256)?;
     match (&req.kind, &req.text) {
         (EventKind::Edit, None) => Err(ApiError::bad_request("invalid_body", "`edit` needs `text`")),
-        (EventKind::Edit, Some(t)) => validate::text("text", t, max_text_bytes),
+        (EventKind::Edit, Some(t)) => validate::text("text", t, max_text_chars),
         (_, Some(_)) => Err(ApiError::bad_request("invalid_body", "only `edit` carries `text`")),
         _ => Ok(()),
     }
@@ -79,7 +79,7 @@ async fn prepare(
     req: EventRequest,
     key: Option<String>,
 ) -> Result<Prepared, Response> {
-    validate_event(&req, state.config.ingest.max_text_bytes).map_err(IntoResponse::into_response)?;
+    validate_event(&req, state.config.ingest.max_text_chars).map_err(IntoResponse::into_response)?;
     super::rate_limited(&state.client_limiter, &caller.name).map_err(IntoResponse::into_response)?;
     let key = match key {
         Some(key) => Some(
@@ -207,19 +207,21 @@ pub struct EventBatch {
     pub events: Vec<BatchEvent>,
 }
 
-/// One event of a batch.
+/// One event of a batch: the item it is about, the fields of a single
+/// event and its own optional idempotency key. Each entry's values are
+/// checked as a single event's are, and a bad one gets its own 400 in
+/// `results` instead of failing the batch, so the schema states types only.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchEvent {
-    /// The item it is about.
-    #[schema(min_length = 1, max_length = 256)]
     pub item: String,
     /// Like the `Idempotency-Key` header of a single event.
     #[serde(default)]
-    #[schema(min_length = 1, max_length = 255)]
     pub idempotency_key: Option<String>,
-    #[serde(flatten)]
-    pub event: EventRequest,
+    pub kind: EventKind,
+    pub actor: String,
+    #[serde(default)]
+    pub text: Option<String>,
 }
 
 /// The answers to an event batch, in the order of its entries.
@@ -284,8 +286,8 @@ pub async fn append_batch(
                 continue;
             }
         };
-        let kind = entry.event.kind;
-        match prepare(&state, &caller, &entry.item, entry.event, key).await {
+        let BatchEvent { item, kind, actor, text, .. } = entry;
+        match prepare(&state, &caller, &item, EventRequest { kind, actor, text }, key).await {
             Ok(p) => {
                 prepared.push((i, kind, p));
                 answers.push(None);

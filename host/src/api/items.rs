@@ -110,11 +110,17 @@ pub async fn delete_item(
             Ok(Json(item_view(d)))
         }
         ModerationOutcome::NotFound => Err(ApiError::not_found("item")),
-        ModerationOutcome::Illegal { from } => Err(ApiError::bad_request(
+        ModerationOutcome::Illegal { from } => Err(ApiError::new(
+            axum::http::StatusCode::CONFLICT,
             "illegal_transition",
             format!("an item in status {from} cannot be deleted"),
         )),
-        ModerationOutcome::VersionMismatch { .. } => unreachable!("no If-Match"),
+        // Only an `If-Match` asks for this answer, and a deletion sends none.
+        ModerationOutcome::VersionMismatch { current } => Err(ApiError::new(
+            axum::http::StatusCode::CONFLICT,
+            "version_mismatch",
+            format!("the item is at version {current}"),
+        )),
     }
 }
 

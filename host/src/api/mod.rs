@@ -10,6 +10,7 @@ mod events;
 mod idempotency;
 mod items;
 mod limits;
+mod schema;
 mod moderation;
 mod providers;
 mod submit;
@@ -247,9 +248,11 @@ impl utoipa::Modify for BearerAuth {
     }
 }
 
-/// The OpenAPI document, generated from the handlers' annotations.
-pub fn openapi_json() -> String {
+/// The OpenAPI document, generated from the handlers' annotations, with
+/// this deployment's text limit.
+pub fn openapi_json(max_text_chars: usize) -> String {
     let mut doc = ApiDoc::openapi();
+    schema::complete(&mut doc, max_text_chars);
     doc.openapi = utoipa::openapi::OpenApiVersion::Version31;
     doc.to_pretty_json().expect("the OpenAPI document serializes")
 }

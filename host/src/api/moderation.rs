@@ -29,13 +29,19 @@ pub struct ModerationRequest {
     pub moderator: Option<String>,
 }
 
+/// The statuses `POST /v1/items/{id}/moderation` sets: a moderator's
+/// decisions, and deletion.
+pub(super) fn may_set(status: ItemStatus) -> bool {
+    status.is_moderator_target() || status == ItemStatus::Deleted
+}
+
 /// Decide an item by hand. A manual decision is final for automation:
 /// later automated transitions are refused by the store. `If-Match: VERSION`
 /// makes the change conditional on the version the moderator saw.
 #[utoipa::path(
     post, path = "/v1/items/{id}/moderation", tag = "moderator",
     request_body = ModerationRequest,
-    params(("id" = String, Path), ("If-Match" = Option<String>, Header, description = "the item version the decision is based on")),
+    params(("id" = String, Path), ("If-Match" = Option<String>, Header, description = "the item version the decision is based on, bare or quoted", pattern = r#"^([0-9]{1,18}|"[0-9]{1,18}")$"#)),
     responses(
         (status = 200, body = ItemView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
@@ -50,7 +56,7 @@ pub async fn moderate(
     headers: HeaderMap,
     Json(req): Json<ModerationRequest>,
 ) -> Result<Json<ItemView>, ApiError> {
-    if !req.status.is_moderator_target() && req.status != ItemStatus::Deleted {
+    if !may_set(req.status) {
         return Err(ApiError::bad_request(
             "illegal_transition",
             format!("a moderator cannot set status {}", req.status),
@@ -66,8 +72,7 @@ pub async fn moderate(
         Some(v) => Some(
             v.to_str()
                 .ok()
-                .map(|s| s.trim().trim_matches('"'))
-                .and_then(|s| s.parse::<i64>().ok())
+                .and_then(|v| crate::domain::parse_decimal(v.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(v)))
                 .ok_or_else(|| ApiError::bad_request("invalid_if_match", "If-Match must be an item version number"))?,
         ),
     };
@@ -108,7 +113,9 @@ pub async fn moderate(
             "version_mismatch",
             format!("the item is at version {current}, not the version in If-Match"),
         )),
-        ModerationOutcome::Illegal { from } => Err(ApiError::bad_request(
+        // The request is well formed; the item's current status refuses it.
+        ModerationOutcome::Illegal { from } => Err(ApiError::new(
+            StatusCode::CONFLICT,
             "illegal_transition",
             format!("an item in status {from} cannot become {}", req.status),
         )),
@@ -119,8 +126,10 @@ pub async fn moderate(
 #[serde(deny_unknown_fields)]
 pub struct ReviewQueueQuery {
     /// Items per page, 1-500 (default 50).
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<i64>,
     /// `next_cursor` of the previous page.
+    #[param(pattern = r"^[0-9]{1,18}_[^\u0000-\u001f\u007f-\u009f]{1,256}$")]
     pub cursor: Option<String>,
 }
 

@@ -37,7 +37,9 @@ pub struct SubmitRequest {
     /// The author's id on the platform.
     #[schema(min_length = 1, max_length = 256)]
     pub author: String,
-    /// The content.
+    /// The content: any text without NUL, at most `ingest.max_text_chars`
+    /// characters (65,536 by default; the served document says this
+    /// deployment's limit).
     #[schema(max_length = 65536)]
     pub text: String,
     /// Free-form facts passed to rules as string pairs.
@@ -67,13 +69,13 @@ fn submit_body(item: &Item) -> String {
 }
 
 /// Refuses a submission that could not be stored as it is.
-pub(super) fn validate_submission(req: &SubmitRequest, max_text_bytes: usize) -> Result<(), ApiError> {
+pub(super) fn validate_submission(req: &SubmitRequest, max_text_chars: usize) -> Result<(), ApiError> {
     if let Some(ext) = &req.external_id {
         validate::identifier("external_id", ext, 256)?;
     }
     validate::identifier("kind", &req.kind, 64)?;
     validate::identifier("author", &req.author, 256)?;
-    validate::text("text", &req.text, max_text_bytes)?;
+    validate::text("text", &req.text, max_text_chars)?;
     if let Some(context) = &req.context {
         for (k, v) in context {
             validate::text("context", k, 256)?;
@@ -100,7 +102,7 @@ pub(super) async fn prepare(
     correlation_id: String,
 ) -> Result<Prepared, Response> {
     let ingest = &state.config.ingest;
-    validate_submission(&req, ingest.max_text_bytes).map_err(IntoResponse::into_response)?;
+    validate_submission(&req, ingest.max_text_chars).map_err(IntoResponse::into_response)?;
     super::rate_limited(&state.client_limiter, &caller.name).map_err(IntoResponse::into_response)?;
     let key = match key {
         Some(key) => Some(claim_key(state, "items", &caller.name, &key, request_hash("POST /v1/items", &req)).await?),
@@ -308,16 +310,31 @@ pub struct SubmitBatch {
     pub items: Vec<BatchSubmission>,
 }
 
-/// One submission of a batch, with its own optional idempotency key.
+/// One submission of a batch: the fields of a single submission and its
+/// own optional idempotency key. Each entry's values are checked as a single
+/// submission's are, and a bad one gets its own 400 in `results` instead of
+/// failing the batch, so the schema states types only.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchSubmission {
     /// Like the `Idempotency-Key` header of a single submission.
     #[serde(default)]
-    #[schema(min_length = 1, max_length = 255)]
     pub idempotency_key: Option<String>,
-    #[serde(flatten)]
-    pub item: SubmitRequest,
+    #[serde(default)]
+    pub external_id: Option<String>,
+    pub kind: String,
+    pub author: String,
+    pub text: String,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub context: Option<BTreeMap<String, serde_json::Value>>,
+}
+
+impl BatchSubmission {
+    fn split(self) -> (Option<String>, SubmitRequest) {
+        let Self { idempotency_key, external_id, kind, author, text, context } = self;
+        (idempotency_key, SubmitRequest { external_id, kind, author, text, context })
+    }
 }
 
 /// The answer to one entry of a batch: what the single request would have got.
@@ -380,8 +397,8 @@ pub async fn submit_batch(
         let mut prepared = Vec::with_capacity(batch.items.len());
         let mut answers: Vec<Option<Response>> = Vec::with_capacity(batch.items.len());
         for (i, entry) in batch.items.into_iter().enumerate() {
-            let key = match entry
-                .idempotency_key
+            let (key, item) = entry.split();
+            let key = match key
                 .as_deref()
                 .map(super::idempotency::validate_key)
                 .transpose()
@@ -392,8 +409,8 @@ pub async fn submit_batch(
                     continue;
                 }
             };
-            let external_id = entry.item.external_id.clone();
-            match prepare(&state, &caller, entry.item, key, format!("{correlation_id}#{i}")).await {
+            let external_id = item.external_id.clone();
+            match prepare(&state, &caller, item, key, format!("{correlation_id}#{i}")).await {
                 Ok(p) => {
                     prepared.push((i, external_id, p));
                     answers.push(None);

@@ -150,8 +150,8 @@ pub async fn plugins(
 
 /// This document.
 #[utoipa::path(get, path = "/openapi.json", tag = "system", responses((status = 200, description = "OpenAPI 3.1 document")))]
-pub async fn openapi() -> Response {
-    let mut r = super::openapi_json().into_response();
+pub async fn openapi(State(state): State<AppState>) -> Response {
+    let mut r = super::openapi_json(state.config.ingest.max_text_chars).into_response();
     r.headers_mut().insert(
         axum::http::header::CONTENT_TYPE,
         axum::http::HeaderValue::from_static("application/json"),

@@ -5,17 +5,30 @@
 
 use super::ApiError;
 
+/// What [`identifier`] accepts, as the OpenAPI document states it (JSON
+/// Schema `pattern`, ECMA-262 syntax): no control character but tab and
+/// newline, and one character at least that is not blank. ECMA-262's `\s`
+/// is Unicode White_Space plus U+FEFF, so U+FEFF is named for engines (like
+/// Rust's) whose `\s` lacks it. Lengths count characters, as JSON Schema's
+/// `maxLength` does.
+pub const IDENTIFIER_PATTERN: &str = r"^[^\u0000-\u0008\u000b-\u001f\u007f-\u009f]*[^\u0000-\u0008\u000b-\u001f\u007f-\u009f\s\ufeff][^\u0000-\u0008\u000b-\u001f\u007f-\u009f]*$";
+
+/// What [`text`] accepts: anything without NUL.
+pub const NUL_FREE_PATTERN: &str = r"^[^\u0000]*$";
+
+fn blank(c: char) -> bool {
+    c.is_whitespace() || c == '\u{feff}'
+}
+
 /// An identifier (`author`, `kind`, `actor`, `external_id`, path ids):
-/// 1-`max` bytes, not blank, no control characters but tab and newline.
+/// 1-`max` characters, not blank, no control characters but tab and newline.
 pub fn identifier(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
-    if value.trim().is_empty() {
-        return Err(invalid(field, "must not be empty"));
+    if value.chars().all(blank) {
+        return Err(invalid(field, "must not be blank"));
     }
-    if value.len() > max {
-        return Err(invalid(
-            field,
-            &format!("is {} bytes, over the limit of {max}", value.len()),
-        ));
+    let chars = value.chars().count();
+    if chars > max {
+        return Err(invalid(field, &format!("is {chars} characters, over the limit of {max}")));
     }
     if let Some(c) = value.chars().find(|c| c.is_control() && *c != '\t' && *c != '\n') {
         return Err(invalid(
@@ -26,13 +39,14 @@ pub fn identifier(field: &str, value: &str, max: usize) -> Result<(), ApiError> 
     Ok(())
 }
 
-/// Free text (`text`, `reason`): at most `max` bytes, no NUL.
+/// Free text (`text`, `reason`): at most `max` characters, no NUL.
 pub fn text(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
+    // Bytes bound characters from above: count only when it could matter.
     if value.len() > max {
-        return Err(invalid(
-            field,
-            &format!("is {} bytes, over the limit of {max}", value.len()),
-        ));
+        let chars = value.chars().count();
+        if chars > max {
+            return Err(invalid(field, &format!("is {chars} characters, over the limit of {max}")));
+        }
     }
     if value.contains('\0') {
         return Err(invalid(field, "contains a NUL character"));
@@ -77,6 +91,7 @@ mod tests {
             assert!(e.message.contains("`author`"), "{}", e.message);
         }
         assert!(identifier("author", &"a".repeat(257), 256).is_err());
+        assert!(identifier("author", &"é".repeat(256), 256).is_ok(), "characters, not bytes");
     }
 
     #[test]
@@ -101,12 +116,24 @@ mod properties {
     use super::*;
     use proptest::prelude::*;
 
+    /// The OpenAPI pattern itself, evaluated by a regex engine.
+    fn pattern_accepts(value: &str) -> bool {
+        static PATTERN: std::sync::LazyLock<regex::Regex> =
+            std::sync::LazyLock::new(|| regex::Regex::new(IDENTIFIER_PATTERN).expect("the pattern compiles"));
+        PATTERN.is_match(value)
+    }
+
     proptest! {
+        #[test]
+        fn the_documented_pattern_is_what_identifier_checks(value in "\\PC{0,6}[\\x00-\\x1f\\x7f-\\u{9f}\\s\\u{feff}]?\\PC{0,6}|[\\s\\u{feff}]{0,3}") {
+            prop_assert_eq!(identifier("f", &value, 64).is_ok(), pattern_accepts(&value), "{:?}", value);
+        }
+
         #[test]
         fn identifiers_accept_exactly_the_documented_strings(value in "\\PC{0,8}[\\x00-\\x1f\\x7f-\\u{9f}]?\\PC{0,8}|\\s{0,3}", max in 1usize..32) {
             let ok = identifier("f", &value, max).is_ok();
-            let expected = !value.trim().is_empty()
-                && value.len() <= max
+            let expected = !value.chars().all(blank)
+                && value.chars().count() <= max
                 && value.chars().all(|c| !c.is_control() || c == '\t' || c == '\n');
             prop_assert_eq!(ok, expected, "{:?}", value);
         }
@@ -114,7 +141,7 @@ mod properties {
         #[test]
         fn text_refuses_only_nul_and_length(value in any::<String>(), max in 0usize..64) {
             let ok = text("f", &value, max).is_ok();
-            prop_assert_eq!(ok, value.len() <= max && !value.contains('\0'));
+            prop_assert_eq!(ok, value.chars().count() <= max && !value.contains('\0'));
         }
 
         #[test]

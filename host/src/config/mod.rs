@@ -214,8 +214,11 @@ impl ServeRole {
 pub struct IngestConfig {
     /// Request bodies over this are refused with 413.
     pub max_body_bytes: usize,
-    /// `text` over this is refused with 400 (the body limit applies too).
-    pub max_text_bytes: usize,
+    /// `text` longer than this many characters is refused with 400 (the
+    /// body limit applies too). `max_text_bytes`, its name before characters
+    /// were counted, is still read.
+    #[serde(alias = "max_text_bytes")]
+    pub max_text_chars: usize,
     /// How long an idempotency key (and its stored response) is kept.
     pub idempotency_ttl_ms: i64,
     /// A request holding its key longer than this is taken to have died,
@@ -242,7 +245,7 @@ impl Default for IngestConfig {
     fn default() -> Self {
         IngestConfig {
             max_body_bytes: 256 << 10,
-            max_text_bytes: 64 << 10,
+            max_text_chars: 64 << 10,
             idempotency_ttl_ms: 24 * 3600 * 1000,
             idempotency_lock_ms: 30_000,
             client_rate_per_second: 1000,
@@ -515,7 +518,7 @@ mod tests {
         assert_eq!(c.listen.port(), 9000);
         assert_eq!(c.plugin_dir, PathBuf::from("from-flag"));
         assert_eq!(c.ingest.max_body_bytes, 1000);
-        assert_eq!(c.ingest.max_text_bytes, IngestConfig::default().max_text_bytes);
+        assert_eq!(c.ingest.max_text_chars, IngestConfig::default().max_text_chars);
         assert_eq!(c.database_url(), "sqlite://data/gavel.db");
     }
 

@@ -31,6 +31,14 @@ pub use lifecycle::{
 pub use status::{Actor, ItemStatus, can_transition};
 pub use verdict::Verdict;
 
+/// A number as cursors and `If-Match` carry it: 1-18 ASCII digits, nothing
+/// else (no sign, no space), so it is exactly what the OpenAPI patterns
+/// `[0-9]{1,18}` say and always fits an `i64`.
+pub fn parse_decimal(s: &str) -> Option<i64> {
+    let digits = (1..=18).contains(&s.len()) && s.bytes().all(|b| b.is_ascii_digit());
+    digits.then(|| s.parse().expect("18 digits fit an i64"))
+}
+
 /// A parse failure of a [`string_enum!`] type: which type, which string.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown {what} {value:?}")]

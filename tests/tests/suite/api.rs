@@ -616,7 +616,7 @@ async fn an_author_deletes_through_its_client(setup: Setup) {
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), StatusCode::BAD_REQUEST, "deleted is terminal");
+    assert_eq!(r.status(), StatusCode::CONFLICT, "deleted is terminal");
     s.stop().await.unwrap();
 }
 

@@ -14,5 +14,6 @@ mod metrics;
 mod providers;
 mod reload;
 mod rules;
+mod schema;
 mod store;
 mod worker;
