@@ -154,6 +154,16 @@ struct FileState {
     sidecar: Option<Result<Digest, String>>,
     /// The plugin it serves, if it loaded.
     serves: Option<String>,
+    /// Length and modification time of the file and its sidecar at that
+    /// scan: a later scan that finds both unchanged reads nothing.
+    stat: FileStat,
+}
+
+type FileStat = (Option<(u64, std::time::SystemTime)>, Option<(u64, std::time::SystemTime)>);
+
+fn file_stat(path: &Path) -> FileStat {
+    let stat = |p: &Path| std::fs::metadata(p).ok().and_then(|m| Some((m.len(), m.modified().ok()?)));
+    (stat(path), stat(&path.with_extension("toml")))
 }
 
 /// A file seen changing recently fails to load only once it has settled:
@@ -292,6 +302,18 @@ impl Registry {
 
     /// Loads one file if it changed; returns `true` if it has not settled.
     fn sync_file(&self, files: &mut BTreeMap<PathBuf, FileState>, path: &Path) -> bool {
+        // Unchanged length and time: unchanged file. Trusted only for a file
+        // last modified over a second ago, since a rewrite within the file
+        // system's timestamp granularity can keep both.
+        let stat = file_stat(path);
+        let quiet = stat.0.is_some()
+            && [stat.0, stat.1]
+                .iter()
+                .flatten()
+                .all(|(_, t)| t.elapsed().is_ok_and(|age| age > Duration::from_secs(1)));
+        if quiet && files.get(path).is_some_and(|p| p.stat == stat) {
+            return false;
+        }
         let now = now_ms();
         let modified_ms = std::fs::metadata(path)
             .and_then(|m| m.modified())
@@ -329,6 +351,7 @@ impl Registry {
             digest,
             sidecar: sidecar.clone(),
             serves,
+            stat,
         };
         match self.load_one(path, &bytes) {
             Ok(p) => {

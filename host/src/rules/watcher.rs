@@ -15,6 +15,11 @@ use std::time::Duration;
 const DEBOUNCE: Duration = Duration::from_millis(100);
 /// How often a directory with an unsettled file is scanned again.
 const RESCAN: Duration = Duration::from_millis(100);
+/// How often the directory is scanned with no event at all: a safety net
+/// for a change whose event never came (an inotify queue overflow, a file
+/// system without events). A file whose length and modification time are
+/// unchanged costs one `stat`.
+const IDLE_RESCAN: Duration = Duration::from_secs(2);
 
 /// A running watcher; dropping it stops the thread.
 pub struct PluginWatcher {
@@ -40,7 +45,7 @@ impl PluginWatcher {
             .spawn(move || {
                 let mut unsettled = false;
                 loop {
-                    let changed = match rx.recv_timeout(if unsettled { RESCAN } else { Duration::from_secs(3600) }) {
+                    let changed = match rx.recv_timeout(if unsettled { RESCAN } else { IDLE_RESCAN }) {
                         Ok(Ok(events)) => !events.is_empty(),
                         Ok(Err(errors)) => {
                             for e in errors {
@@ -48,7 +53,7 @@ impl PluginWatcher {
                             }
                             true
                         }
-                        Err(RecvTimeoutError::Timeout) => unsettled,
+                        Err(RecvTimeoutError::Timeout) => true,
                         Err(RecvTimeoutError::Disconnected) => break,
                     };
                     if changed {

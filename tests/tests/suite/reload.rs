@@ -67,9 +67,18 @@ async fn hot_swaps_under_load_stamp_every_decision_with_loaded_code(setup: Setup
             tasks.join_all().await.into_iter().flatten().collect::<Vec<_>>()
         })
     };
+    // Each swap is confirmed loaded and left live for a moment before the
+    // next: under a busy machine, back-to-back writes would otherwise coalesce
+    // into one reload and the count below would measure the machine's load.
     for n in 0..100 {
-        deploy(&dir, "flag-ratio.wasm", &gavel_tests::component_variant(&original, n));
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        let variant = gavel_tests::component_variant(&original, n);
+        let digest = gavel::domain::Digest::of(&variant).to_hex();
+        deploy(&dir, "flag-ratio.wasm", &variant);
+        wait_until("the swapped flag-ratio to load", async || {
+            plugin(&plugins(&s).await, "flag-ratio").is_some_and(|p| p["digest"] == digest)
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(120)).await;
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let ids = load.await.unwrap();

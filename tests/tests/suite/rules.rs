@@ -292,7 +292,14 @@ fn an_exhausted_instance_pool_is_a_host_error() {
     let plugin = std::sync::Arc::new(load(&engine, guests::MISBEHAVE));
     let busy = {
         let (engine, plugin) = (engine.clone(), plugin.clone());
-        std::thread::spawn(move || engine.evaluate(&plugin, &snapshot("x", &[("mode", "spin"), ("spin_ms", "1500")])))
+        // It retries while a probe below holds the slot, so it gets the slot
+        // whichever thread the machine runs first.
+        std::thread::spawn(move || loop {
+            match engine.evaluate(&plugin, &snapshot("x", &[("mode", "spin"), ("spin_ms", "1500")])) {
+                Err(HostError::PoolExhausted(_)) => std::thread::yield_now(),
+                other => break other,
+            }
+        })
     };
     // While the one slot is taken, another evaluation cannot start.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
