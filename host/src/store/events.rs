@@ -137,6 +137,10 @@ macro_rules! impl_events {
                         }
                     }
                 }
+                // One lock order for every transaction (see `txn::lock_items`).
+                per_item.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                let ids: Vec<&str> = per_item.iter().map(|(id, ..)| *id).collect();
+                txn::lock_items(tx, &ids).await?;
                 let bumped = bump_items(tx, &per_item).await?;
                 let missing: Vec<&str> =
                     per_item.iter().map(|(id, ..)| *id).filter(|id| !bumped.contains_key(*id)).collect();
@@ -227,6 +231,7 @@ macro_rules! impl_events {
                         }
                     }
                 }
+                sums.sort_unstable_by(|a, b| a.0.cmp(&b.0));
                 let mut rest = &sums[..];
                 for size in chunk_sizes(sums.len()) {
                     let (chunk, tail) = rest.split_at(size);

@@ -255,6 +255,32 @@ macro_rules! impl_shared {
                 Ok(())
             }
 
+            /// Takes the row locks of these items, in id order, before a
+            /// write that touches several of them over more than one
+            /// statement. Concurrent multi-item writes (evaluation commits,
+            /// event batches) then queue on the first item they share
+            /// instead of deadlocking: PostgreSQL only detects a deadlock
+            /// after `deadlock_timeout` (a second) and aborts one side.
+            /// SQLite has one writer: nothing to do.
+            pub(crate) async fn lock_items(tx: &mut Tx<'_>, ids: &[&str]) -> StoreResult<()> {
+                let for_update = <$store as $crate::store::dialect::Dialect>::FOR_UPDATE;
+                if for_update.is_empty() || ids.is_empty() {
+                    return Ok(());
+                }
+                for chunk in ids.chunks(1000) {
+                    let sql = format!(
+                        "SELECT id FROM items WHERE id IN ({}) ORDER BY id{for_update}",
+                        $crate::store::dialect::placeholders(1, chunk.len())
+                    );
+                    let mut q = sqlx::query(&sql);
+                    for id in chunk {
+                        q = q.bind(*id);
+                    }
+                    q.fetch_all(&mut **tx).await?;
+                }
+                Ok(())
+            }
+
             /// Items by id, in any order.
             pub(crate) async fn read_items<'e, E>(executor: E, ids: &[&str]) -> StoreResult<Vec<Item>>
             where
