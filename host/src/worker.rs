@@ -9,7 +9,7 @@
 
 use crate::clock::now_ms;
 use crate::config::{EvaluationConfig, IngestConfig, ProviderConfig};
-use crate::coordinator::{Lease, Schedule, SharedCoordinator};
+use crate::coordinator::{CoordinatorError, Lease, Schedule, SharedCoordinator};
 use crate::domain::policy::{EvaluationInputs, ProviderAnswer, evaluation};
 use crate::domain::{Actor, ItemStatus, Mode, Phase};
 use crate::judge::{Judgement, judge, snapshot_of};
@@ -25,6 +25,22 @@ use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
+
+/// The longest the worker waits on one coordinator call. The Redis client
+/// times out sooner; this bounds every path of every backend, so a call
+/// that never answers costs a retry (and, for a claim, a reconcile of the
+/// items it may have taken), never the claim loop.
+const COORDINATOR_CALL: Duration = Duration::from_secs(10);
+
+async fn bounded<T>(
+    call: &'static str,
+    f: impl std::future::Future<Output = Result<T, CoordinatorError>>,
+) -> Result<T, CoordinatorError> {
+    tokio::time::timeout(COORDINATOR_CALL, f).await.unwrap_or_else(|_| {
+        tracing::warn!(call, "the coordinator did not answer in 10 s");
+        Err(CoordinatorError(format!("{call}: no answer in 10 s")))
+    })
+}
 
 /// Asks the coordinator for evaluations. Cheap to clone.
 #[derive(Clone)]
@@ -127,7 +143,7 @@ impl Worker {
     pub async fn sample_queue(self: Arc<Self>, cancel: CancellationToken) {
         loop {
             let now = now_ms();
-            if let Ok(s) = self.parts.coordinator.stats(now).await {
+            if let Ok(s) = bounded("stats", self.parts.coordinator.stats(now)).await {
                 self.parts.metrics.queue_depth.set(s.depth as i64);
                 let lag_ms = s.oldest_due.map_or(0, |due| (now - due).max(0));
                 self.parts.metrics.queue_lag_seconds.set(lag_ms as f64 / 1000.0);
@@ -174,7 +190,7 @@ impl Worker {
                 }
                 continue;
             }
-            let pause = match self.parts.coordinator.claim_due(now_ms(), free, e.lease_ttl_ms).await {
+            let pause = match bounded("claim_due", self.parts.coordinator.claim_due(now_ms(), free, e.lease_ttl_ms)).await {
                 Ok(leases) if !leases.is_empty() => {
                     failures = 0;
                     let permit = permits
@@ -229,7 +245,7 @@ impl Worker {
             }
         }
         for lease in &leases {
-            match self.parts.coordinator.release(lease).await {
+            match bounded("release", self.parts.coordinator.release(lease)).await {
                 Ok(true) => {}
                 Ok(false) => {
                     m.leases_lost.inc();
@@ -277,7 +293,7 @@ impl Worker {
     }
 
     async fn reschedule(&self, item: &str, how: Schedule) {
-        if let Err(e) = self.parts.coordinator.schedule(item, now_ms(), how).await {
+        if let Err(e) = bounded("schedule", self.parts.coordinator.schedule(item, now_ms(), how)).await {
             tracing::warn!(item, error = %e, "cannot re-queue; the reconciler will");
         }
     }
@@ -294,7 +310,7 @@ impl Worker {
         };
         let now = now_ms();
         for id in pending {
-            match self.parts.coordinator.is_leased(&id, now).await {
+            match bounded("is_leased", self.parts.coordinator.is_leased(&id, now)).await {
                 Ok(false) => {
                     self.reschedule(&id, Schedule::At(now)).await;
                     self.parts.metrics.reconciled.inc();
