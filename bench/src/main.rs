@@ -79,6 +79,10 @@ fn main() -> anyhow::Result<()> {
                 eprintln!("B4: submitted → settled, embedded and PostgreSQL + Redis…");
                 figures.extend(system::b4(&gavel, sizes).await?);
             }
+            if wants("B9") {
+                eprintln!("B9: events accepted, single and batched…");
+                figures.extend(system::b9(&gavel, sizes).await?);
+            }
             if wants("B5") {
                 eprintln!("B5: a 1,000-event burst…");
                 figures.extend(system::b5(&gavel).await?);
