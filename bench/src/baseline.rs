@@ -30,7 +30,10 @@ async fn insert(State(queue): State<mpsc::Sender<Job>>, Json(req): Json<Submit>)
     let (reply, committed) = oneshot::channel();
     let sent = queue.send((id.clone(), req, reply)).await.is_ok();
     if sent && committed.await.unwrap_or(false) {
-        (StatusCode::ACCEPTED, Json(json!({"id": id, "status": "pending_scan", "version": 1})))
+        (
+            StatusCode::ACCEPTED,
+            Json(json!({"id": id, "status": "pending_scan", "version": 1})),
+        )
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"error": "not committed"})))
     }

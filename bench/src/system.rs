@@ -69,7 +69,12 @@ impl Gavel {
 
     /// A `gavel serve --role worker` process: it serves only health and
     /// metrics, so it is ready when `/readyz` answers 200.
-    pub async fn start_worker(binary: &Path, dir: &Path, plugins: &[(&str, &str)], config: &str) -> anyhow::Result<Gavel> {
+    pub async fn start_worker(
+        binary: &Path,
+        dir: &Path,
+        plugins: &[(&str, &str)],
+        config: &str,
+    ) -> anyhow::Result<Gavel> {
         let g = Self::spawn(binary, dir, plugins, &format!("role = \"worker\"\n{config}"))?;
         let deadline = Instant::now() + Duration::from_secs(120);
         let http = reqwest::Client::new();
@@ -79,7 +84,11 @@ impl Gavel {
             .await
             .is_ok_and(|r| r.status().is_success())
         {
-            anyhow::ensure!(Instant::now() < deadline, "the worker did not become ready; see {}", dir.join("gavel.log").display());
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the worker did not become ready; see {}",
+                dir.join("gavel.log").display()
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         Ok(g)
@@ -259,7 +268,12 @@ async fn open_loop(url: &str, rate: f64, secs: f64) -> anyhow::Result<OpenLoop> 
     }
     latencies.sort_by(f64::total_cmp);
     let p = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
-    Ok(OpenLoop { p50: p(0.50), p99: p(0.99), failed, first_error })
+    Ok(OpenLoop {
+        p50: p(0.50),
+        p99: p(0.99),
+        failed,
+        first_error,
+    })
 }
 
 /// What an open-loop run measured: latency percentiles (ms), and the
@@ -347,7 +361,10 @@ fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
         .unwrap_or_default();
     // utime and stime are fields 14 and 15 of proc(5), in USER_HZ (100) ticks.
     let ticks = |i: usize| -> anyhow::Result<f64> {
-        Ok(fields.get(i - 3).ok_or_else(|| anyhow::anyhow!("short /proc/{pid}/stat"))?.parse::<f64>()?)
+        Ok(fields
+            .get(i - 3)
+            .ok_or_else(|| anyhow::anyhow!("short /proc/{pid}/stat"))?
+            .parse::<f64>()?)
     };
     Ok((ticks(14)? + ticks(15)?) / 100.0)
 }
@@ -425,7 +442,10 @@ async fn end_to_end(processes: &[&Gavel], n: usize, per_request: usize) -> anyho
     }
     let elapsed = started.elapsed().as_secs_f64();
     let cpu = cpu_of(processes)? - cpu_before;
-    Ok(Settled { rate: n as f64 / elapsed, cpu_us: cpu / n as f64 * 1e6 })
+    Ok(Settled {
+        rate: n as f64 / elapsed,
+        cpu_us: cpu / n as f64 * 1e6,
+    })
 }
 
 /// A median with its min and max.
@@ -483,8 +503,20 @@ pub async fn b4(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
         &format!("role = \"api\"\n{shared}{tuning}"),
     )
     .await?;
-    let w1 = Gavel::start_worker(gavel_bin, &dir.path().join("w1"), &rust_plugins(), &format!("{shared}{tuning}")).await?;
-    let w2 = Gavel::start_worker(gavel_bin, &dir.path().join("w2"), &rust_plugins(), &format!("{shared}{tuning}")).await?;
+    let w1 = Gavel::start_worker(
+        gavel_bin,
+        &dir.path().join("w1"),
+        &rust_plugins(),
+        &format!("{shared}{tuning}"),
+    )
+    .await?;
+    let w2 = Gavel::start_worker(
+        gavel_bin,
+        &dir.path().join("w2"),
+        &rust_plugins(),
+        &format!("{shared}{tuning}"),
+    )
+    .await?;
     let ((m, m_lo, m_hi), m_cpu) = settle_runs(&[&api, &w1, &w2], sizes.runs, sizes.items, 1).await?;
     drop((api, w1, w2));
     let clients = format!("{} items per run, 64 concurrent clients, one process", sizes.items);
@@ -498,15 +530,25 @@ pub async fn b4(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
             .spread(d_lo, d_hi)
             .against("embedded", e)
             .goal("≥ 5,000 items/s and ≥ 0.7 × embedded", d >= 5_000.0 && d >= 0.7 * e),
-        Figure::new("B4", "submitted → settled, 1 api + 2 worker processes (PostgreSQL + Redis)", m, "items/s")
-            .spread(m_lo, m_hi)
-            .against("one `all` process", d)
-            .goal("faster than one process", m > d)
-            .note(format!("CPU per settled item over the three processes: {m_cpu:.0} µs")),
-        Figure::new("B4", "submitted → settled, embedded, 100 per batch request", eb, "items/s")
-            .spread(eb_lo, eb_hi)
-            .against("one item per request", e)
-            .note(format!("{} items per run through POST /v1/items/batch", sizes.items)),
+        Figure::new(
+            "B4",
+            "submitted → settled, 1 api + 2 worker processes (PostgreSQL + Redis)",
+            m,
+            "items/s",
+        )
+        .spread(m_lo, m_hi)
+        .against("one `all` process", d)
+        .goal("faster than one process", m > d)
+        .note(format!("CPU per settled item over the three processes: {m_cpu:.0} µs")),
+        Figure::new(
+            "B4",
+            "submitted → settled, embedded, 100 per batch request",
+            eb,
+            "items/s",
+        )
+        .spread(eb_lo, eb_hi)
+        .against("one item per request", e)
+        .note(format!("{} items per run through POST /v1/items/batch", sizes.items)),
         Figure::new("B4", "CPU per settled item, embedded", e_cpu, "µs")
             .against("100 per batch request", eb_cpu)
             .goal("≤ 200 µs", e_cpu <= 200.0)
@@ -619,26 +661,48 @@ pub async fn b9(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
         gavel_bin,
         &dir.path().join("pg"),
         &rust_plugins(),
-        &format!("database_url = \"{database}\"\nredis_url = \"{}\"\ndatabase_max_connections = 16\n", redis.url()),
+        &format!(
+            "database_url = \"{database}\"\nredis_url = \"{}\"\ndatabase_max_connections = 16\n",
+            redis.url()
+        ),
     )
     .await?;
     let ((d, d_lo, d_hi), (db, db_lo, db_hi)) = measure(&distributed).await?;
     drop(distributed);
-    let note = format!("{n} events per single run, {} per batched run, over 1,000 items, 64 concurrent clients", n * 5);
+    let note = format!(
+        "{n} events per single run, {} per batched run, over 1,000 items, 64 concurrent clients",
+        n * 5
+    );
     Ok(vec![
         Figure::new("B9", "events accepted, embedded, one per request", e, "events/s")
             .spread(e_lo, e_hi)
             .against("PostgreSQL + Redis", d)
             .goal("≥ 20,000 events/s", e >= 20_000.0)
             .note(note),
-        Figure::new("B9", "events accepted, embedded, 1,000 per batch request", eb, "events/s")
-            .spread(eb_lo, eb_hi)
-            .against("one per request", e)
-            .goal("≥ 100,000 events/s", eb >= 100_000.0),
-        Figure::new("B9", "events accepted, PostgreSQL + Redis, one per request", d, "events/s").spread(d_lo, d_hi),
-        Figure::new("B9", "events accepted, PostgreSQL + Redis, 1,000 per batch request", db, "events/s")
-            .spread(db_lo, db_hi)
-            .against("one per request", d),
+        Figure::new(
+            "B9",
+            "events accepted, embedded, 1,000 per batch request",
+            eb,
+            "events/s",
+        )
+        .spread(eb_lo, eb_hi)
+        .against("one per request", e)
+        .goal("≥ 100,000 events/s", eb >= 100_000.0),
+        Figure::new(
+            "B9",
+            "events accepted, PostgreSQL + Redis, one per request",
+            d,
+            "events/s",
+        )
+        .spread(d_lo, d_hi),
+        Figure::new(
+            "B9",
+            "events accepted, PostgreSQL + Redis, 1,000 per batch request",
+            db,
+            "events/s",
+        )
+        .spread(db_lo, db_hi)
+        .against("one per request", d),
     ])
 }
 

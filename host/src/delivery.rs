@@ -73,8 +73,11 @@ impl Dispatcher {
     /// it has none yet. Awaited before the API serves, so an endpoint
     /// starting at `latest` misses nothing accepted after this start.
     pub async fn register(&self) -> anyhow::Result<()> {
-        let endpoints: Vec<(&str, crate::store::FeedStart)> =
-            self.endpoints.iter().map(|(name, w)| (name.as_str(), w.start)).collect();
+        let endpoints: Vec<(&str, crate::store::FeedStart)> = self
+            .endpoints
+            .iter()
+            .map(|(name, w)| (name.as_str(), w.start))
+            .collect();
         self.store.register_endpoints(&endpoints, now_ms()).await?;
         Ok(())
     }

@@ -52,7 +52,11 @@ pub struct Scheduler {
 impl Scheduler {
     /// Whether the coordinator answers (`Err` says why).
     pub async fn ping(&self) -> Result<(), String> {
-        self.coordinator.stats(now_ms()).await.map(|_| ()).map_err(|e| e.to_string())
+        self.coordinator
+            .stats(now_ms())
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     pub fn new(coordinator: SharedCoordinator, evaluation: Arc<EvaluationConfig>) -> Self {
@@ -190,7 +194,12 @@ impl Worker {
                 }
                 continue;
             }
-            let pause = match bounded("claim_due", self.parts.coordinator.claim_due(now_ms(), free, e.lease_ttl_ms)).await {
+            let pause = match bounded(
+                "claim_due",
+                self.parts.coordinator.claim_due(now_ms(), free, e.lease_ttl_ms),
+            )
+            .await
+            {
                 Ok(leases) if !leases.is_empty() => {
                     failures = 0;
                     let permit = permits

@@ -344,11 +344,19 @@ async fn inject_faults(d: &mut Deployment, rng: &mut Rng, pool: &sqlx::PgPool, t
     let mut faults = Vec::new();
     let original = std::fs::read(gavel_tests::guests::FLAG_RATIO).unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    // Q2: pause a worker well past its lease (the other takes its items
-    // over, and one of the two commits of each is refused by the store's
-    // fence), until the workers' own counters show refusals.
+    // Q2: pause a worker well past its lease while it is evaluating (the
+    // other takes its items over, and one of the two commits of each is
+    // refused by the store's fence), until the workers' own counters show
+    // refusals. A worker is idle most of the time under this workload, so
+    // each pause waits for it to report evaluations in flight first.
     let mut refused = 0.0;
-    for _ in 0..8 {
+    for _ in 0..20 {
+        let busy_by = std::time::Instant::now() + Duration::from_secs(3);
+        while counter(&d.workers[0], "gavel_evaluations_in_flight").await == 0.0
+            && std::time::Instant::now() < busy_by
+        {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
         d.workers[0].pause();
         faults.push("SIGSTOP worker-1 past its lease".to_string());
         tokio::time::sleep(Duration::from_millis(3_000)).await;

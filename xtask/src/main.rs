@@ -100,7 +100,10 @@ fn ensure_pip_tool(command: &str, spec: &str) -> anyhow::Result<()> {
             .with_context(|| format!("python3 with pip is needed to install {command}"))?;
         sh(Command::new(python).args(["-m", "pip", "install", "--quiet", spec]))?;
     }
-    anyhow::ensure!(runs(), "{command} {wanted} still not runnable after installing it (is pip's bin directory on PATH?)");
+    anyhow::ensure!(
+        runs(),
+        "{command} {wanted} still not runnable after installing it (is pip's bin directory on PATH?)"
+    );
     Ok(())
 }
 

@@ -286,7 +286,13 @@ pub async fn append_batch(
                 continue;
             }
         };
-        let BatchEvent { item, kind, actor, text, .. } = entry;
+        let BatchEvent {
+            item,
+            kind,
+            actor,
+            text,
+            ..
+        } = entry;
         match prepare(&state, &caller, &item, EventRequest { kind, actor, text }, key).await {
             Ok(p) => {
                 prepared.push((i, kind, p));

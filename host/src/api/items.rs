@@ -105,8 +105,15 @@ pub async fn delete_item(
     .await?;
     match outcome {
         // Applied, or already deleted: either way the item is deleted now.
-        ModerationOutcome::Applied { .. } | ModerationOutcome::Illegal { from: ItemStatus::Deleted } => {
-            let d = state.store.item_details(&id).await?.ok_or_else(|| ApiError::not_found("item"))?;
+        ModerationOutcome::Applied { .. }
+        | ModerationOutcome::Illegal {
+            from: ItemStatus::Deleted,
+        } => {
+            let d = state
+                .store
+                .item_details(&id)
+                .await?
+                .ok_or_else(|| ApiError::not_found("item"))?;
             Ok(Json(item_view(d)))
         }
         ModerationOutcome::NotFound => Err(ApiError::not_found("item")),

@@ -72,7 +72,9 @@ pub async fn moderate(
         Some(v) => Some(
             v.to_str()
                 .ok()
-                .and_then(|v| crate::domain::parse_decimal(v.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(v)))
+                .and_then(|v| {
+                    crate::domain::parse_decimal(v.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(v))
+                })
                 .ok_or_else(|| ApiError::bad_request("invalid_if_match", "If-Match must be an item version number"))?,
         ),
     };
@@ -179,7 +181,11 @@ pub async fn review_queue(
         .transpose()?;
     let items = state.store.review_queue(cursor.as_ref(), limit).await?;
     let next_cursor = (items.len() as i64 == limit)
-        .then(|| items.last().map(|i| crate::store::encode_review_cursor(&(i.updated_at, i.id.clone()))))
+        .then(|| {
+            items
+                .last()
+                .map(|i| crate::store::encode_review_cursor(&(i.updated_at, i.id.clone())))
+        })
         .flatten();
     Ok(Json(ReviewQueuePage {
         items: items

@@ -7,9 +7,11 @@
 //! every status the server answers with.
 
 use super::validate::{IDENTIFIER_PATTERN, NUL_FREE_PATTERN};
-use utoipa::openapi::path::{Operation, ParameterIn};
 use crate::domain::{EventKind, ItemStatus};
-use utoipa::openapi::schema::{AnyOfBuilder, ArrayBuilder, Object, ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type};
+use utoipa::openapi::path::{Operation, ParameterIn};
+use utoipa::openapi::schema::{
+    AnyOfBuilder, ArrayBuilder, Object, ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type,
+};
 use utoipa::openapi::{Components, OpenApi, Ref, RefOr, ResponseBuilder, content::Content};
 
 /// Identifiers of the request bodies: 1-N characters, not blank, no control
@@ -42,7 +44,9 @@ const IDEMPOTENCY_KEY_PATTERN: &str = "^[ -~]*[!-~][ -~]*$";
 pub(super) fn complete(openapi: &mut OpenApi, max_text_chars: usize) {
     let components = openapi.components.get_or_insert_with(Default::default);
     for (schema, field) in IDENTIFIERS {
-        with_property(components, schema, field, |p| p.pattern = Some(IDENTIFIER_PATTERN.into()));
+        with_property(components, schema, field, |p| {
+            p.pattern = Some(IDENTIFIER_PATTERN.into())
+        });
     }
     for (schema, field) in FREE_TEXT {
         with_property(components, schema, field, |p| p.pattern = Some(NUL_FREE_PATTERN.into()));
@@ -53,11 +57,20 @@ pub(super) fn complete(openapi: &mut OpenApi, max_text_chars: usize) {
     split_event_request(components);
     nul_free_context(components);
     if let Some(RefOr::T(Schema::Object(request))) = components.schemas.get_mut("ModerationRequest") {
-        let targets = ItemStatus::ALL.iter().filter(|s| super::moderation::may_set(**s)).map(|s| serde_json::json!(s.as_str()));
+        let targets = ItemStatus::ALL
+            .iter()
+            .filter(|s| super::moderation::may_set(**s))
+            .map(|s| serde_json::json!(s.as_str()));
         request.properties.insert("status".into(), string_enum(targets));
     }
     for item in openapi.paths.paths.values_mut() {
-        let operations = [&mut item.get, &mut item.post, &mut item.put, &mut item.delete, &mut item.patch];
+        let operations = [
+            &mut item.get,
+            &mut item.post,
+            &mut item.put,
+            &mut item.delete,
+            &mut item.patch,
+        ];
         for operation in operations.into_iter().flatten() {
             constrain_parameters(operation);
             add_error_answers(operation);
@@ -79,24 +92,36 @@ fn split_event_request(components: &mut Components) {
         text.schema_type = SchemaType::Type(Type::String);
     }
     let mut other = event;
-    let others: Vec<EventKind> = EventKind::ALL.iter().copied().filter(|k| *k != EventKind::Edit).collect();
+    let others: Vec<EventKind> = EventKind::ALL
+        .iter()
+        .copied()
+        .filter(|k| *k != EventKind::Edit)
+        .collect();
     other.properties.insert("kind".into(), kinds(&others));
     other.properties.insert(
         "text".into(),
         RefOr::T(Schema::Object(ObjectBuilder::new().schema_type(Type::Null).build())),
     );
     let one_of = OneOfBuilder::new()
-        .description(Some("An interaction with an item: an `edit` carries the new `text`, other kinds carry none."))
+        .description(Some(
+            "An interaction with an item: an `edit` carries the new `text`, other kinds carry none.",
+        ))
         .item(Schema::Object(edit))
         .item(Schema::Object(other))
         .build();
-    components.schemas.insert("EventRequest".into(), RefOr::T(Schema::OneOf(one_of)));
+    components
+        .schemas
+        .insert("EventRequest".into(), RefOr::T(Schema::OneOf(one_of)));
 }
 
-/// `context`: keys of 1-256 characters and no string anywhere inside with a
+/// `context`: keys of at most 256 characters, and no string anywhere inside with a
 /// NUL (what [`super::validate::json`] checks), as a recursive schema.
 fn nul_free_context(components: &mut Components) {
-    let nul_free = || ObjectBuilder::new().schema_type(Type::String).pattern(Some(NUL_FREE_PATTERN));
+    let nul_free = || {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .pattern(Some(NUL_FREE_PATTERN))
+    };
     let value = || Ref::from_schema_name("NulFreeJson");
     let json_value = AnyOfBuilder::new()
         .description(Some("Any JSON value whose strings and keys hold no NUL."))
@@ -110,21 +135,30 @@ fn nul_free_context(components: &mut Components) {
                 .additional_properties(Some(value())),
         )
         .build();
-    components.schemas.insert("NulFreeJson".into(), RefOr::T(Schema::AnyOf(json_value)));
+    components
+        .schemas
+        .insert("NulFreeJson".into(), RefOr::T(Schema::AnyOf(json_value)));
     let context = ObjectBuilder::new()
         .schema_type(SchemaType::Array(vec![Type::Object, Type::Null]))
-        .description(Some("Free-form facts passed to rules as string pairs (other values as their JSON text)."))
+        .description(Some(
+            "Free-form facts passed to rules as string pairs (other values as their JSON text).",
+        ))
         .property_names(Some(nul_free().max_length(Some(256))))
         .additional_properties(Some(value()))
         .build();
     if let Some(RefOr::T(Schema::Object(request))) = components.schemas.get_mut("SubmitRequest") {
-        request.properties.insert("context".into(), RefOr::T(Schema::Object(context)));
+        request
+            .properties
+            .insert("context".into(), RefOr::T(Schema::Object(context)));
     }
 }
 
 fn string_enum(values: impl IntoIterator<Item = serde_json::Value>) -> RefOr<Schema> {
     RefOr::T(Schema::Object(
-        ObjectBuilder::new().schema_type(Type::String).enum_values(Some(values)).build(),
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .enum_values(Some(values))
+            .build(),
     ))
 }
 
@@ -185,13 +219,20 @@ fn add_error_answers(operation: &mut Operation) {
         answers.push(("422", "JSON that does not fit the schema"));
     }
     for (status, description) in answers {
-        operation.responses.responses.entry(status.to_string()).or_insert_with(|| {
-            ResponseBuilder::new()
-                .description(description)
-                .content("application/json", Content::new(Some(RefOr::Ref(utoipa::openapi::Ref::from_schema_name("ErrorBody")))))
-                .build()
-                .into()
-        });
+        operation
+            .responses
+            .responses
+            .entry(status.to_string())
+            .or_insert_with(|| {
+                ResponseBuilder::new()
+                    .description(description)
+                    .content(
+                        "application/json",
+                        Content::new(Some(RefOr::Ref(utoipa::openapi::Ref::from_schema_name("ErrorBody")))),
+                    )
+                    .build()
+                    .into()
+            });
     }
 }
 
@@ -209,13 +250,18 @@ mod tests {
         let submit = &doc["components"]["schemas"]["SubmitRequest"]["properties"];
         assert_eq!(submit["text"]["maxLength"], 1234);
         assert_eq!(submit["author"]["pattern"], super::IDENTIFIER_PATTERN);
-        let event = doc["components"]["schemas"]["EventRequest"]["oneOf"].as_array().unwrap();
+        let event = doc["components"]["schemas"]["EventRequest"]["oneOf"]
+            .as_array()
+            .unwrap();
         assert_eq!(event.len(), 2);
         assert_eq!(event[0]["properties"]["kind"]["enum"], serde_json::json!(["edit"]));
         assert!(event[0]["required"].as_array().unwrap().contains(&"text".into()));
         assert_eq!(event[1]["properties"]["text"]["type"], "null");
         let targets = &doc["components"]["schemas"]["ModerationRequest"]["properties"]["status"]["enum"];
-        assert_eq!(targets, &serde_json::json!(["visible", "held_for_review", "rejected", "deleted"]));
+        assert_eq!(
+            targets,
+            &serde_json::json!(["visible", "held_for_review", "rejected", "deleted"])
+        );
     }
 
     #[test]

@@ -332,8 +332,24 @@ pub struct BatchSubmission {
 
 impl BatchSubmission {
     fn split(self) -> (Option<String>, SubmitRequest) {
-        let Self { idempotency_key, external_id, kind, author, text, context } = self;
-        (idempotency_key, SubmitRequest { external_id, kind, author, text, context })
+        let Self {
+            idempotency_key,
+            external_id,
+            kind,
+            author,
+            text,
+            context,
+        } = self;
+        (
+            idempotency_key,
+            SubmitRequest {
+                external_id,
+                kind,
+                author,
+                text,
+                context,
+            },
+        )
     }
 }
 
@@ -398,11 +414,7 @@ pub async fn submit_batch(
         let mut answers: Vec<Option<Response>> = Vec::with_capacity(batch.items.len());
         for (i, entry) in batch.items.into_iter().enumerate() {
             let (key, item) = entry.split();
-            let key = match key
-                .as_deref()
-                .map(super::idempotency::validate_key)
-                .transpose()
-            {
+            let key = match key.as_deref().map(super::idempotency::validate_key).transpose() {
                 Ok(k) => k,
                 Err(e) => {
                     answers.push(Some(e.into_response()));

@@ -42,12 +42,17 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
         store: describe(store.map_err(|e| e.to_string())),
         coordinator: describe(coordinator),
     };
-    let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
     let mut response = (status, axum::Json(body)).into_response();
     if !ready {
-        response
-            .headers_mut()
-            .insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from_static("1"));
+        response.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from_static("1"),
+        );
     }
     response
 }

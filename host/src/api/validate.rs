@@ -28,7 +28,10 @@ pub fn identifier(field: &str, value: &str, max: usize) -> Result<(), ApiError> 
     }
     let chars = value.chars().count();
     if chars > max {
-        return Err(invalid(field, &format!("is {chars} characters, over the limit of {max}")));
+        return Err(invalid(
+            field,
+            &format!("is {chars} characters, over the limit of {max}"),
+        ));
     }
     if let Some(c) = value.chars().find(|c| c.is_control() && *c != '\t' && *c != '\n') {
         return Err(invalid(
@@ -45,7 +48,10 @@ pub fn text(field: &str, value: &str, max: usize) -> Result<(), ApiError> {
     if value.len() > max {
         let chars = value.chars().count();
         if chars > max {
-            return Err(invalid(field, &format!("is {chars} characters, over the limit of {max}")));
+            return Err(invalid(
+                field,
+                &format!("is {chars} characters, over the limit of {max}"),
+            ));
         }
     }
     if value.contains('\0') {
@@ -91,7 +97,10 @@ mod tests {
             assert!(e.message.contains("`author`"), "{}", e.message);
         }
         assert!(identifier("author", &"a".repeat(257), 256).is_err());
-        assert!(identifier("author", &"é".repeat(256), 256).is_ok(), "characters, not bytes");
+        assert!(
+            identifier("author", &"é".repeat(256), 256).is_ok(),
+            "characters, not bytes"
+        );
     }
 
     #[test]

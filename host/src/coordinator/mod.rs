@@ -180,8 +180,16 @@ mod properties {
     fn schedule() -> impl Strategy<Value = Schedule> {
         prop_oneof![
             (0i64..10_000).prop_map(Schedule::At),
-            (proptest::sample::select(&[DebounceMode::Fixed, DebounceMode::Sliding][..]), 1i64..5_000, 0i64..20_000)
-                .prop_map(|(mode, window_ms, max_wait_ms)| Schedule::Debounced { mode, window_ms, max_wait_ms }),
+            (
+                proptest::sample::select(&[DebounceMode::Fixed, DebounceMode::Sliding][..]),
+                1i64..5_000,
+                0i64..20_000
+            )
+                .prop_map(|(mode, window_ms, max_wait_ms)| Schedule::Debounced {
+                    mode,
+                    window_ms,
+                    max_wait_ms
+                }),
         ]
     }
 

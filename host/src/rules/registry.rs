@@ -159,10 +159,17 @@ struct FileState {
     stat: FileStat,
 }
 
-type FileStat = (Option<(u64, std::time::SystemTime)>, Option<(u64, std::time::SystemTime)>);
+type FileStat = (
+    Option<(u64, std::time::SystemTime)>,
+    Option<(u64, std::time::SystemTime)>,
+);
 
 fn file_stat(path: &Path) -> FileStat {
-    let stat = |p: &Path| std::fs::metadata(p).ok().and_then(|m| Some((m.len(), m.modified().ok()?)));
+    let stat = |p: &Path| {
+        std::fs::metadata(p)
+            .ok()
+            .and_then(|m| Some((m.len(), m.modified().ok()?)))
+    };
     (stat(path), stat(&path.with_extension("toml")))
 }
 

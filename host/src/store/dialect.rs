@@ -175,7 +175,10 @@ mod tests {
 
     #[test]
     fn parameters_in_order_become_anonymous_and_others_stay() {
-        assert_eq!(anonymize("VALUES ($1, $2), ($3, $4) LIMIT $5"), "VALUES (?, ?), (?, ?) LIMIT ?");
+        assert_eq!(
+            anonymize("VALUES ($1, $2), ($3, $4) LIMIT $5"),
+            "VALUES (?, ?), (?, ?) LIMIT ?"
+        );
         assert_eq!(anonymize("WHERE a = $1 AND b = $1"), "WHERE a = $1 AND b = $1");
         assert_eq!(anonymize("WHERE a = $2 AND b = $1"), "WHERE a = $2 AND b = $1");
         assert_eq!(anonymize("SELECT 1"), "SELECT 1");

@@ -50,7 +50,6 @@ pub enum EventOutcome {
     KeyLost,
 }
 
-
 /// Appending events.
 #[async_trait::async_trait]
 pub trait Events: Send + Sync {
@@ -68,7 +67,8 @@ macro_rules! impl_events {
             use $crate::store::dialect::{Dialect, Statements, chunk_sizes, retry_conflicts, values};
             use $crate::store::*;
 
-            static STATEMENTS: Statements = Statements::new(<$store as $crate::store::dialect::Dialect>::ANONYMOUS_PARAMETERS);
+            static STATEMENTS: Statements =
+                Statements::new(<$store as $crate::store::dialect::Dialect>::ANONYMOUS_PARAMETERS);
 
             /// Bumps each item's event sequence once per event for it;
             /// returns item → (new sequence, needs_eval_since) for the
@@ -142,10 +142,16 @@ macro_rules! impl_events {
                 let ids: Vec<&str> = per_item.iter().map(|(id, ..)| *id).collect();
                 txn::lock_items(tx, &ids).await?;
                 let bumped = bump_items(tx, &per_item).await?;
-                let missing: Vec<&str> =
-                    per_item.iter().map(|(id, ..)| *id).filter(|id| !bumped.contains_key(*id)).collect();
-                let deleted: HashSet<String> =
-                    txn::read_items(&mut **tx, &missing).await?.into_iter().map(|i| i.id).collect();
+                let missing: Vec<&str> = per_item
+                    .iter()
+                    .map(|(id, ..)| *id)
+                    .filter(|id| !bumped.contains_key(*id))
+                    .collect();
+                let deleted: HashSet<String> = txn::read_items(&mut **tx, &missing)
+                    .await?
+                    .into_iter()
+                    .map(|i| i.id)
+                    .collect();
                 let mut next_seq: HashMap<&str, i64> = per_item
                     .iter()
                     .filter_map(|(id, n, _)| bumped.get(*id).map(|(s, _)| (*id, s - n + 1)))

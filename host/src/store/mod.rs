@@ -144,7 +144,16 @@ pub trait ItemStore:
 }
 
 impl<T> ItemStore for T where
-    T: Backend + Items + Submissions + Events + Idempotency + Evaluations + Outbox + Providers + PluginHistory + Retention
+    T: Backend
+        + Items
+        + Submissions
+        + Events
+        + Idempotency
+        + Evaluations
+        + Outbox
+        + Providers
+        + PluginHistory
+        + Retention
 {
 }
 

@@ -69,7 +69,6 @@ pub enum CreateOutcome {
     KeyLost,
 }
 
-
 /// Storing submissions.
 #[async_trait::async_trait]
 pub trait Submissions: Send + Sync {

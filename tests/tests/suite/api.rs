@@ -589,7 +589,12 @@ async fn an_empty_idempotency_key_header_is_malformed(setup: Setup) {
 async fn an_author_deletes_through_its_client(setup: Setup) {
     let s = TestServer::start(setup).await;
     let id = s.submit("leaver", "something I regret").await;
-    let delete = |token: &str| s.http.delete(format!("{}/v1/items/{id}", s.url)).bearer_auth(token.to_string()).send();
+    let delete = |token: &str| {
+        s.http
+            .delete(format!("{}/v1/items/{id}", s.url))
+            .bearer_auth(token.to_string())
+            .send()
+    };
     let other = delete(&s.client2).await.unwrap();
     assert_eq!(other.status(), StatusCode::NOT_FOUND, "another client's item");
     for _ in 0..2 {
@@ -660,14 +665,22 @@ async fn batch_entries_are_answered_and_keyed_one_by_one(setup: Setup) {
     let r = send(&entries).await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     let first: Value = r.json().await.unwrap();
-    let statuses: Vec<u64> = first["results"].as_array().unwrap().iter().map(|r| r["status"].as_u64().unwrap()).collect();
+    let statuses: Vec<u64> = first["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_u64().unwrap())
+        .collect();
     assert_eq!(statuses, [202, 202, 202, 400, 202, 409], "{first:#}");
     assert_eq!(first["results"][5]["body"]["error"]["code"], "duplicate_external_id");
     let store = s.open_store().await;
     for (i, result) in first["results"].as_array().unwrap().iter().enumerate() {
         if result["status"] == 202 {
             let id = result["body"]["id"].as_str().unwrap();
-            assert!(store.item(id).await.unwrap().is_some(), "entry {i} acknowledged and stored");
+            assert!(
+                store.item(id).await.unwrap().is_some(),
+                "entry {i} acknowledged and stored"
+            );
         }
     }
     // The same batch again: the keyed entry replays its first answer, the
@@ -690,10 +703,26 @@ async fn batch_entries_are_answered_and_keyed_one_by_one(setup: Setup) {
         {"item": id, "kind": "upvote", "actor": "e3"},
         {"item": id, "kind": "flag", "actor": "e1", "idempotency_key": "ev-key-1"},
     ]});
-    let r: Value = s.post("/v1/events/batch", &s.client).json(&events).send().await.unwrap().json().await.unwrap();
-    let statuses: Vec<u64> = r["results"].as_array().unwrap().iter().map(|r| r["status"].as_u64().unwrap()).collect();
+    let r: Value = s
+        .post("/v1/events/batch", &s.client)
+        .json(&events)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let statuses: Vec<u64> = r["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_u64().unwrap())
+        .collect();
     assert_eq!(statuses[..3], [202, 404, 202], "{r:#}");
-    assert!(matches!(statuses[3], 202 | 409), "a repeat of a key in the same batch replays or waits: {r:#}");
+    assert!(
+        matches!(statuses[3], 202 | 409),
+        "a repeat of a key in the same batch replays or waits: {r:#}"
+    );
     let item = s.get_json(&format!("/v1/items/{id}"), &s.moderator).await;
     assert_eq!(item["counters"]["flag"], 1, "the keyed flag counted once: {item:#}");
     assert_eq!(item["counters"]["upvote"], 1);
@@ -727,7 +756,11 @@ async fn a_client_over_its_rate_gets_429_and_the_limit_holds(setup: Setup) {
             .json(&json!({"kind": "post", "author": format!("paced-{i}"), "text": format!("paced {i}")}));
         sends.spawn(async move {
             let r = req.send().await.unwrap();
-            let retry_after = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_string);
+            let retry_after = r
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
             (r.status().as_u16(), retry_after)
         });
     }

@@ -294,10 +294,12 @@ fn an_exhausted_instance_pool_is_a_host_error() {
         let (engine, plugin) = (engine.clone(), plugin.clone());
         // It retries while a probe below holds the slot, so it gets the slot
         // whichever thread the machine runs first.
-        std::thread::spawn(move || loop {
-            match engine.evaluate(&plugin, &snapshot("x", &[("mode", "spin"), ("spin_ms", "1500")])) {
-                Err(HostError::PoolExhausted(_)) => std::thread::yield_now(),
-                other => break other,
+        std::thread::spawn(move || {
+            loop {
+                match engine.evaluate(&plugin, &snapshot("x", &[("mode", "spin"), ("spin_ms", "1500")])) {
+                    Err(HostError::PoolExhausted(_)) => std::thread::yield_now(),
+                    other => break other,
+                }
             }
         })
     };

@@ -169,7 +169,10 @@ async fn fan_out_until(store: &SharedStore, endpoints: &[EndpointFilter], now: i
             assert_eq!(have, deliveries, "no delivery twice");
             return advanced;
         }
-        assert!(std::time::Instant::now() < deadline, "{have} of {deliveries} deliveries");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{have} of {deliveries} deliveries"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -1039,7 +1042,10 @@ async fn retention_deletes_only_what_is_past_its_time(setup: Setup) {
         statuses: vec![],
         kinds: vec![],
     }];
-    store.register_endpoints(&[("all", FeedStart::Earliest)], now_ms()).await.unwrap();
+    store
+        .register_endpoints(&[("all", FeedStart::Earliest)], now_ms())
+        .await
+        .unwrap();
     fan_out_until(&store, &endpoints, now_ms(), 2).await;
     let claimed = store
         .claim_deliveries(&["all"], now_ms(), now_ms() + 1_000, 10)
@@ -1098,7 +1104,6 @@ async fn sqlite_commits_are_durable_by_default(setup: Setup) {
     assert_eq!(gavel::config::Config::default().sqlite_synchronous, Synchronous::Full);
 }
 
-
 /// Each endpoint reads the outbox from its own cursor: registered at
 /// `latest` it sees what came after, at `earliest` everything retained; a
 /// process that knows no endpoint consumes nothing (an endpoint configured
@@ -1121,7 +1126,11 @@ async fn webhook_cursors_are_per_endpoint(setup: Setup) {
     assert_eq!(store.fan_out(&[], now, 100).await.unwrap(), 0);
     assert_eq!(store.fan_out(&[filter("unregistered")], now, 100).await.unwrap(), 0);
     let both = [filter("early"), filter("late")];
-    assert_eq!(fan_out_until(&store, &both, now, 3).await, 2, "early advanced over both events");
+    assert_eq!(
+        fan_out_until(&store, &both, now, 3).await,
+        2,
+        "early advanced over both events"
+    );
     let delivered = |endpoint: &'static str| {
         let store = store.clone();
         async move {
@@ -1139,14 +1148,16 @@ async fn webhook_cursors_are_per_endpoint(setup: Setup) {
     };
     assert_eq!(delivered("early").await, ["item-a", "item-b"]);
     assert_eq!(delivered("late").await, ["item-b"]);
-    store.register_endpoints(&[("late", FeedStart::Earliest)], now).await.unwrap();
+    store
+        .register_endpoints(&[("late", FeedStart::Earliest)], now)
+        .await
+        .unwrap();
     create(&store, "item-c").await;
     assert_eq!(fan_out_until(&store, &both, now, 5).await, 1);
     assert_eq!(store.fan_out(&both, now, 100).await.unwrap(), 0);
     assert_eq!(delivered("early").await, ["item-a", "item-b", "item-c"]);
     assert_eq!(delivered("late").await, ["item-b", "item-c"], "the position was kept");
 }
-
 
 /// A callback that arrives after its request's deadline is stale even
 /// before the expiry pass has moved the item: past the deadline the item
@@ -1163,7 +1174,10 @@ async fn a_callback_past_its_deadline_is_stale(setup: Setup) {
         }),
         ..commit_of(&data, Some(ItemStatus::AwaitingProvider))
     };
-    assert_eq!(commit(&store, handoff).await, CommitOutcome::Transitioned { version: 2 });
+    assert_eq!(
+        commit(&store, handoff).await,
+        CommitOutcome::Transitioned { version: 2 }
+    );
     let late = NewCallback {
         provider: "classifier".into(),
         event_id: "ev-late".into(),
@@ -1176,7 +1190,10 @@ async fn a_callback_past_its_deadline_is_stale(setup: Setup) {
         reason: "model".into(),
         now: deadline_at,
     };
-    assert!(matches!(store.apply_callback(&late).await.unwrap(), CallbackOutcome::Stale { .. }));
+    assert!(matches!(
+        store.apply_callback(&late).await.unwrap(),
+        CallbackOutcome::Stale { .. }
+    ));
     let item = store.item("item-late").await.unwrap().unwrap();
     assert_eq!((item.status, item.version), (ItemStatus::AwaitingProvider, 2));
     let expired = store.expire_provider_requests(deadline_at, 10).await.unwrap();
@@ -1232,7 +1249,10 @@ async fn multi_item_writes_take_row_locks_in_one_order(setup: Setup) {
             }
             tasks.spawn(async move {
                 let refs: Vec<&str> = order.iter().map(String::as_str).collect();
-                let windows = SnapshotWindows { author_since: 0, duplicate_since: 0 };
+                let windows = SnapshotWindows {
+                    author_since: 0,
+                    duplicate_since: 0,
+                };
                 let snaps = store.snapshots(&refs, windows).await.unwrap();
                 let commits: Vec<EvaluationCommit> = snaps.iter().map(|s| commit_of(s, None)).collect();
                 store.commit_evaluations(&commits).await.unwrap();
@@ -1241,7 +1261,11 @@ async fn multi_item_writes_take_row_locks_in_one_order(setup: Setup) {
         tasks.join_all().await;
     }
     let item = store.item_details(&ids[0]).await.unwrap().unwrap();
-    assert_eq!(item.counters, vec![("upvote".to_string(), 18)], "every event counted once");
+    assert_eq!(
+        item.counters,
+        vec![("upvote".to_string(), 18)],
+        "every event counted once"
+    );
     // A backend reports its statistics when it exits: close the pool first.
     drop(store);
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
