@@ -352,8 +352,7 @@ async fn inject_faults(d: &mut Deployment, rng: &mut Rng, pool: &sqlx::PgPool, t
     let mut refused = 0.0;
     for _ in 0..20 {
         let busy_by = std::time::Instant::now() + Duration::from_secs(3);
-        while counter(&d.workers[0], "gavel_evaluations_in_flight").await == 0.0
-            && std::time::Instant::now() < busy_by
+        while counter(&d.workers[0], "gavel_evaluations_in_flight").await == 0.0 && std::time::Instant::now() < busy_by
         {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }

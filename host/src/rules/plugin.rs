@@ -39,6 +39,9 @@ pub struct PluginInfo {
     pub phases: Vec<Phase>,
 }
 
+/// How a [`LoadErrorKind::HostBusy`] message starts.
+pub const BUSY: &str = "the host had no free instance slot to load it";
+
 /// Why a file was not loaded. Every variant names what to fix.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadErrorKind {
@@ -62,6 +65,10 @@ pub enum LoadErrorKind {
     WrongWorld(String),
     #[error("info() failed: {0}")]
     Info(String),
+    /// The host, not the file: no instance slot was free to call `info()`.
+    /// The watcher tries the file again instead of recording it as failed.
+    #[error("{BUSY}: {0}")]
+    HostBusy(String),
     #[error("info() returned an invalid description: {0}")]
     BadInfo(String),
 }
@@ -216,7 +223,10 @@ impl RuleEngine {
         let raw = pre
             .instantiate(&mut store)
             .and_then(|rule| rule.call_info(&mut store))
-            .map_err(|e| LoadErrorKind::Info(format!("{e:#}")));
+            .map_err(|e| match e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>() {
+                Some(_) => LoadErrorKind::HostBusy(format!("{e:#}")),
+                None => LoadErrorKind::Info(format!("{e:#}")),
+            });
         store.data().flush_output();
         let raw = raw?;
         if !valid_name(&raw.name) {

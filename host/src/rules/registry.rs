@@ -389,6 +389,11 @@ impl Registry {
                 files.insert(path.to_path_buf(), seen(Some(name)));
                 false
             }
+            // A busy host is not a bad file: look again shortly.
+            Err(error) if error.contains(super::plugin::BUSY) => {
+                tracing::debug!(path = %path.display(), %error, "plugin not loaded yet: the host is busy");
+                true
+            }
             Err(error) if age < SETTLE_TIMEOUT_MS => {
                 tracing::debug!(path = %path.display(), %error, "plugin file not loadable yet; waiting for it to settle");
                 true
