@@ -351,6 +351,14 @@ async fn committed(http: &reqwest::Client, url: &str) -> anyhow::Result<u64> {
         .unwrap_or(0.0) as u64)
 }
 
+/// The configuration lines of a process on `database` and `redis`.
+fn distributed_config(database: &str, redis: &gavel_tests::servers::Redis) -> String {
+    format!(
+        "database_url = \"{database}\"\nredis_url = \"{}\"\ndatabase_max_connections = 16\n",
+        redis.url()
+    )
+}
+
 /// CPU time (user + system) the process `pid` used so far, in seconds.
 fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
@@ -480,10 +488,7 @@ pub async fn b4(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
         gavel_bin,
         &dir.path().join("pg"),
         &rust_plugins(),
-        &format!(
-            "database_url = \"{database}\"\nredis_url = \"{}\"\ndatabase_max_connections = 16\n{tuning}",
-            redis.url()
-        ),
+        &format!("{}{tuning}", distributed_config(&database, &redis)),
     )
     .await?;
     let ((d, d_lo, d_hi), d_cpu) = settle_runs(&[&distributed], sizes.runs, sizes.items, 1).await?;
@@ -492,10 +497,7 @@ pub async fn b4(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
     // processes on a fresh database and Redis.
     let database = pg.database().await;
     let redis = gavel_tests::servers::Redis::start();
-    let shared = format!(
-        "database_url = \"{database}\"\nredis_url = \"{}\"\ndatabase_max_connections = 16\n",
-        redis.url()
-    );
+    let shared = distributed_config(&database, &redis);
     let api = Gavel::start(
         gavel_bin,
         &dir.path().join("api"),
@@ -661,10 +663,7 @@ pub async fn b9(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
         gavel_bin,
         &dir.path().join("pg"),
         &rust_plugins(),
-        &format!(
-            "database_url = \"{database}\"\nredis_url = \"{}\"\ndatabase_max_connections = 16\n",
-            redis.url()
-        ),
+        &distributed_config(&database, &redis),
     )
     .await?;
     let ((d, d_lo, d_hi), (db, db_lo, db_hi)) = measure(&distributed).await?;
