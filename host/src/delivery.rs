@@ -70,8 +70,9 @@ impl Dispatcher {
     }
 
     /// Gives every configured endpoint its position in the outbox feed, if
-    /// it has none yet. Awaited before the API serves, so an endpoint
-    /// starting at `latest` misses nothing accepted after this start.
+    /// it has none yet. Awaited by every process, whatever its role, before
+    /// it serves, so an endpoint starting at `latest` misses nothing
+    /// accepted after the first process of the deployment started.
     pub async fn register(&self) -> anyhow::Result<()> {
         let endpoints: Vec<(&str, crate::store::FeedStart)> = self
             .endpoints

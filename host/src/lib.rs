@@ -114,8 +114,19 @@ pub async fn serve_with_metrics(
         metrics: metrics.clone(),
     });
     tasks.spawn(worker.clone().sample_queue(cancel.clone()));
+    // Every role registers the webhook cursors before it serves: an API-only
+    // process writes transitions too, and an endpoint starting at `latest`
+    // registered later by a worker would start past the events this process
+    // had already accepted, which would then never be delivered.
+    let dispatcher = delivery::Dispatcher::new(
+        store.clone(),
+        config.webhooks.clone(),
+        config.delivery.clone(),
+        metrics.clone(),
+    )?;
+    dispatcher.register().await?;
     if config.role.evaluates() {
-        start_evaluating(&mut tasks, &config, &store, &worker, &metrics, &cancel).await?;
+        start_evaluating(&mut tasks, &config, &store, &worker, dispatcher, &metrics, &cancel).await?;
     }
 
     let state = api::AppState::new(api::StateParts {
@@ -193,18 +204,12 @@ async fn start_evaluating(
     config: &config::Config,
     store: &store::SharedStore,
     worker: &Arc<worker::Worker>,
+    dispatcher: delivery::Dispatcher,
     metrics: &Arc<metrics::Metrics>,
     cancel: &CancellationToken,
 ) -> anyhow::Result<()> {
     tasks.spawn(worker.clone().claim_loop(cancel.clone()));
     tasks.spawn(worker.clone().reconcile_loop(cancel.clone()));
-    let dispatcher = delivery::Dispatcher::new(
-        store.clone(),
-        config.webhooks.clone(),
-        config.delivery.clone(),
-        metrics.clone(),
-    )?;
-    dispatcher.register().await?;
     tasks.spawn(Arc::new(dispatcher).run(cancel.clone()));
     let requester = providers::Requester::new(
         store.clone(),

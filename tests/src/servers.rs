@@ -384,6 +384,23 @@ pub fn gavel_binary() -> PathBuf {
     bin
 }
 
+/// Whether a process on `port` answers `GET /healthz` with 200.
+fn healthy(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    if stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).is_ok() && &head == b"HTTP/1.1 200"
+}
+
 /// A real `gavel serve` process, for SIGKILL / SIGSTOP tests.
 pub struct GavelProcess {
     pub name: String,
@@ -436,7 +453,9 @@ impl GavelProcess {
             .unwrap();
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(60);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+        // The port is bound before the store is open and the plugins are
+        // loaded; only an answer from `/healthz` means the process serves.
+        while !healthy(self.port) {
             assert!(
                 Instant::now() < deadline,
                 "{} did not start; see {}",
