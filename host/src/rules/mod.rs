@@ -12,6 +12,7 @@ mod bindings;
 pub mod breaker;
 mod cache;
 mod capture;
+pub mod contract;
 mod evaluation;
 mod limits;
 mod plugin;
@@ -26,7 +27,7 @@ pub use breaker::{Admission, Breaker, BreakerChange, BreakerConfig};
 pub use cache::CompileCache;
 pub use evaluation::{Decision, Evaluation, HostError, PluginStamp};
 pub use limits::{MEMORY_CEILING_BYTES, RuntimeLimits};
-pub use plugin::{LoadError, LoadErrorKind, LoadedPlugin, PluginInfo};
+pub use plugin::{LoadError, LoadErrorKind, LoadedPlugin, PluginInfo, valid_name};
 pub use pool::EvaluationPool;
 pub use registry::{LoadFailure, Manifest, RegisteredPlugin, Registry};
 pub use sandbox::thread_cpu_time;
@@ -177,11 +178,15 @@ impl RuleEngine {
     /// deadline of `snapshot.phase` and the memory cap. Blocking: call it from
     /// a blocking thread. Never panics on guest misbehaviour.
     pub fn evaluate(&self, plugin: &LoadedPlugin, snapshot: &Snapshot) -> Result<Evaluation, HostError> {
-        let deadline = match snapshot.phase {
+        self.evaluate_with(plugin, snapshot, self.deadline_for(snapshot), self.limits.memory_bytes)
+    }
+
+    /// The default CPU deadline of an evaluation in `snapshot.phase`.
+    pub fn deadline_for(&self, snapshot: &Snapshot) -> Duration {
+        match snapshot.phase {
             bindings::Phase::Sync => self.limits.sync_deadline,
             bindings::Phase::Async => self.limits.async_deadline,
-        };
-        self.evaluate_with(plugin, snapshot, deadline, self.limits.memory_bytes)
+        }
     }
 
     /// [`RuleEngine::evaluate`] with a plugin's own deadline and memory cap

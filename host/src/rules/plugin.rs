@@ -2,6 +2,7 @@
 //! linking against the `rule` world, and one `info()` call.
 
 use super::RuleEngine;
+use super::contract::{self, Imports};
 use super::bindings::{self, RulePre};
 use super::evaluation::PluginStamp;
 use super::sandbox::{Sandbox, truncate_str};
@@ -63,6 +64,12 @@ pub enum LoadErrorKind {
     Compile(String),
     #[error("does not implement the gavel:rules/rule world: {0}")]
     WrongWorld(String),
+    /// Imports a capability the contract does not grant (files, network).
+    #[error("{0}")]
+    OutsideContract(String),
+    /// Built against a `gavel:rules` version this host cannot run.
+    #[error("{0}")]
+    ContractVersion(String),
     #[error("info() failed: {0}")]
     Info(String),
     /// The host, not the file: no instance slot was free to call `info()`.
@@ -94,6 +101,9 @@ pub struct LoadedPlugin {
     pub compile_time: Duration,
     /// Whether the compiled code came from the compilation cache.
     pub from_cache: bool,
+    /// The `gavel:rules` version the component was built against, from its
+    /// imports (`None` if it imports no interface of the contract).
+    pub contract: Option<String>,
     pub(crate) pre: RulePre<Sandbox>,
 }
 
@@ -129,7 +139,9 @@ fn check_format(path: &Path, bytes: &[u8]) -> Result<(), LoadErrorKind> {
     }
 }
 
-fn valid_name(name: &str) -> bool {
+/// Whether `name` is a valid plugin name: 1-64 bytes of lowercase letters,
+/// digits and `-`, not starting with `-`.
+pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
         && name
@@ -192,6 +204,13 @@ impl RuleEngine {
             }
         };
         let compile_time = started.elapsed();
+        let imports = Imports::judge(component.component_type().imports(&self.engine).map(|(name, _)| name));
+        if let Some(why) = imports.refusal() {
+            return Err(LoadErrorKind::OutsideContract(why));
+        }
+        if let Some(version) = &imports.contract {
+            contract::compatibility(version).map_err(LoadErrorKind::ContractVersion)?;
+        }
         let pre = self
             .linker
             .instantiate_pre(&component)
@@ -209,6 +228,7 @@ impl RuleEngine {
             size,
             compile_time,
             from_cache,
+            contract: imports.contract,
             pre,
         })
     }
