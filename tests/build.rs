@@ -1,5 +1,5 @@
 //! Builds every WebAssembly guest the tests load (the example plugins, the
-//! Python example and the misbehaving fixtures) and exposes their paths as
+//! Python and JavaScript examples and the misbehaving fixtures) and exposes their paths as
 //! constants in `OUT_DIR/guests.rs`.
 
 include!("../xtask/src/guests.rs");
@@ -20,6 +20,11 @@ fn main() {
             .unwrap_or_else(|e| panic!("{e}")),
     );
 
+    let js = root.join("plugins/js/shouting-js");
+    guests.push(
+        build_js_guest(&js, &root.join("wit"), &target.join("js/shouting-js.wasm")).unwrap_or_else(|e| panic!("{e}")),
+    );
+
     let mut consts = String::new();
     for g in &guests {
         let ident = g.name.to_uppercase().replace('-', "_");
@@ -37,6 +42,8 @@ fn main() {
         "plugin-sdk/Cargo.toml",
         "plugins/Cargo.toml",
         "plugins/python/shouting/app.py",
+        "plugins/js/shouting-js/rule.js",
+        "plugins/js/shouting-js/package-lock.json",
     ] {
         println!("cargo::rerun-if-changed={}", root.join(watched).display());
     }

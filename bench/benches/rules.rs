@@ -92,23 +92,29 @@ fn rules(c: &mut Criterion) {
 
     // B2: the Python example next to its Rust twin (same logic), both through the runtime.
     compare::<shouting_twin::ShoutingTwin>(c, &engine, "b2/shouting-rust", guests::SHOUTING_TWIN, SHOUT);
-    let python = load(&engine, guests::SHOUTING);
-    let snapshot = host_snapshot(SHOUT);
-    let first = engine.evaluate(&python, &snapshot).expect("the host runs it");
-    assert_eq!(
-        first.decision.as_ref().map(|d| d.verdict.as_str()),
-        Some("hold"),
-        "{first:?}"
-    );
-    let pool = InstancePool::new(1);
-    let mut g = c.benchmark_group("b2/shouting-python");
-    g.bench_function("wasm_fresh", |b| {
-        b.iter(|| engine.evaluate(&python, black_box(&snapshot)))
-    });
-    g.bench_function("wasm_reused", |b| {
-        b.iter(|| reusing(&engine, &python, &pool, &snapshot))
-    });
-    g.finish();
+    // ... and its JavaScript twin.
+    for (group, wasm) in [
+        ("b2/shouting-python", guests::SHOUTING),
+        ("b2/shouting-js", guests::SHOUTING_JS),
+    ] {
+        let plugin = load(&engine, wasm);
+        let snapshot = host_snapshot(SHOUT);
+        let first = engine.evaluate(&plugin, &snapshot).expect("the host runs it");
+        assert_eq!(
+            first.decision.as_ref().map(|d| d.verdict.as_str()),
+            Some("hold"),
+            "{group}: {first:?}"
+        );
+        let pool = InstancePool::new(1);
+        let mut g = c.benchmark_group(group);
+        g.bench_function("wasm_fresh", |b| {
+            b.iter(|| engine.evaluate(&plugin, black_box(&snapshot)))
+        });
+        g.bench_function("wasm_reused", |b| {
+            b.iter(|| reusing(&engine, &plugin, &pool, &snapshot))
+        });
+        g.finish();
+    }
 }
 
 fn config() -> Criterion {

@@ -1,5 +1,5 @@
 //! Tracing set-up: human-readable or JSON lines on stderr, filtered by
-//! `RUST_LOG` (default `info`).
+//! `RUST_LOG` (default `info`, or the command's own default).
 
 use tracing_subscriber::EnvFilter;
 
@@ -14,8 +14,9 @@ pub enum LogFormat {
 
 /// Installs the global subscriber. Safe to call more than once (later calls
 /// are ignored), so tests can call it freely.
-pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+/// `default_filter` applies when `RUST_LOG` is not set.
+pub fn init(format: LogFormat, default_filter: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

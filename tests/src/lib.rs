@@ -77,6 +77,7 @@ pub fn example_plugins() -> Vec<(&'static str, PathBuf)> {
         (guests::FLAG_RATIO, root.join("plugins/flag-ratio/cases.json")),
         (guests::BANNED_TERMS, root.join("plugins/banned-terms/cases.json")),
         (guests::SHOUTING, root.join("plugins/python/shouting/cases.json")),
+        (guests::SHOUTING_JS, root.join("plugins/js/shouting-js/cases.json")),
     ]
 }
 

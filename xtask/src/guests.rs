@@ -18,6 +18,16 @@ pub const GUEST_RUSTFLAGS: &str = r#"target.wasm32-wasip2.rustflags=["-C", "link
 /// The componentize-py release the Python example is built and tested with.
 pub const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
 
+/// Whether `out` exists and is newer than every file in `sources`.
+fn up_to_date(out: &Path, sources: &[PathBuf]) -> bool {
+    let newest_source = sources
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        .max();
+    let built = std::fs::metadata(out).and_then(|m| m.modified()).ok();
+    matches!((newest_source, built), (Some(src), Some(built)) if built > src)
+}
+
 /// A built guest: its crate or module name and the path of its component.
 #[derive(Debug, Clone)]
 pub struct Guest {
@@ -88,14 +98,7 @@ pub fn build_python_guest(dir: &Path, wit: &Path, out: &Path) -> Result<Guest, S
         name: name.clone(),
         wasm: out.to_path_buf(),
     };
-    let newest_source = [dir.join("app.py"), wit.join("rules.wit")]
-        .iter()
-        .filter_map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
-        .max();
-    let built = std::fs::metadata(out).and_then(|m| m.modified()).ok();
-    if let (Some(src), Some(built)) = (newest_source, built)
-        && built > src
-    {
+    if up_to_date(out, &[dir.join("app.py"), wit.join("rules.wit")]) {
         return Ok(guest);
     }
     if let Some(parent) = out.parent() {
@@ -104,7 +107,9 @@ pub fn build_python_guest(dir: &Path, wit: &Path, out: &Path) -> Result<Guest, S
     let status = Command::new("componentize-py")
         .arg("-d")
         .arg(wit)
-        .args(["-w", "rule", "componentize", "-p"])
+        // --stub-wasi: CPython's WASI imports (files, sockets) become trapping
+        // stubs, so the component imports only the contract.
+        .args(["-w", "rule", "componentize", "--stub-wasi", "-p"])
         .arg(dir)
         .args(["app", "-o"])
         .arg(out)
@@ -118,6 +123,50 @@ pub fn build_python_guest(dir: &Path, wit: &Path, out: &Path) -> Result<Guest, S
         })?;
     if !status.success() {
         return Err(format!("componentize-py failed on {} ({status})", dir.display()));
+    }
+    Ok(guest)
+}
+
+/// Builds a JavaScript rule (`rule.js` in `dir`, with its package.json and
+/// package-lock.json) into `out`: `npm ci` when its node_modules is missing
+/// or older than the lock file, then `jco componentize` with every WASI
+/// feature disabled, so the component imports only the contract.
+pub fn build_js_guest(dir: &Path, wit: &Path, out: &Path) -> Result<Guest, String> {
+    let name = dir.file_name().unwrap_or_default().to_string_lossy().to_string();
+    let guest = Guest {
+        name,
+        wasm: out.to_path_buf(),
+    };
+    let lock = dir.join("package-lock.json");
+    let installed = dir.join("node_modules/.package-lock.json");
+    if !up_to_date(&installed, std::slice::from_ref(&lock)) {
+        let status = Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+            .current_dir(dir)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .map_err(|e| format!("running npm (Node.js 20 or later is needed for JavaScript rules): {e}"))?;
+        if !status.success() {
+            return Err(format!("npm ci failed in {} ({status})", dir.display()));
+        }
+    }
+    if up_to_date(out, &[dir.join("rule.js"), wit.join("rules.wit"), lock]) {
+        return Ok(guest);
+    }
+    if let Some(parent) = out.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    }
+    let status = Command::new(dir.join("node_modules/.bin/jco"))
+        .args(["componentize", "rule.js", "--world-name", "rule", "--disable", "all", "--wit"])
+        .arg(wit)
+        .arg("-o")
+        .arg(out)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .map_err(|e| format!("running jco in {}: {e}", dir.display()))?;
+    if !status.success() {
+        return Err(format!("jco componentize failed on {} ({status})", dir.display()));
     }
     Ok(guest)
 }

@@ -12,7 +12,7 @@
 //!   the directory `gavel serve` loads by default).
 //!
 //! Each command installs what a fresh machine lacks (the wasm32-wasip2
-//! target, componentize-py) or says exactly what is missing.
+//! target, componentize-py, Node.js and npm) or says exactly what is missing.
 
 include!("guests.rs");
 
@@ -107,11 +107,12 @@ fn ensure_pip_tool(command: &str, spec: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Builds the example plugins (Rust and Python) and copies them into `dir`
+/// Builds the example plugins (Rust, Python and JavaScript) and copies them into `dir`
 /// as `NAME.wasm`; returns (plugin path, cases.json path) pairs.
 fn build_plugins(root: &Path, dir: &Path) -> anyhow::Result<Vec<(PathBuf, PathBuf)>> {
     ensure_wasm_target()?;
     ensure_componentize_py()?;
+    ensure_node()?;
     let target = root.join("target/guests");
     let mut built = build_rust_guests(&cargo(), &root.join("plugins/Cargo.toml"), &target)
         .map_err(anyhow::Error::msg)?
@@ -122,6 +123,9 @@ fn build_plugins(root: &Path, dir: &Path) -> anyhow::Result<Vec<(PathBuf, PathBu
     let guest =
         build_python_guest(&py, &root.join("wit"), &target.join("python/shouting.wasm")).map_err(anyhow::Error::msg)?;
     built.push((guest, py));
+    let js = root.join("plugins/js/shouting-js");
+    let guest = build_js_guest(&js, &root.join("wit"), &target.join("js/shouting-js.wasm")).map_err(anyhow::Error::msg)?;
+    built.push((guest, js));
 
     std::fs::create_dir_all(dir)?;
     let mut deployed = Vec::new();
@@ -211,6 +215,7 @@ fn ensure_redis() -> anyhow::Result<()> {
 fn test(root: &Path) -> anyhow::Result<()> {
     ensure_wasm_target()?;
     ensure_componentize_py()?;
+    ensure_node()?;
     ensure_schemathesis()?;
     ensure_postgres()?;
     ensure_redis()?;
@@ -260,6 +265,21 @@ fn bench(quick: bool) -> anyhow::Result<()> {
         run.arg("--quick");
     }
     sh(&mut run)
+}
+
+/// Node.js and npm, which build JavaScript rules (jco and componentize-js
+/// come from the npm registry, pinned in each rule's package-lock.json).
+fn ensure_node() -> anyhow::Result<()> {
+    let present = || output(Command::new("npm").arg("--version")).is_some();
+    if present() {
+        return Ok(());
+    }
+    let is_root = output(Command::new("id").arg("-u")).is_some_and(|u| u.trim() == "0");
+    anyhow::ensure!(is_root, "npm is not installed: install Node.js 20 or later with npm");
+    sh(Command::new("apt-get").arg("update").arg("-qq"))?;
+    sh(Command::new("apt-get").args(["install", "-y", "-qq", "nodejs", "npm"]))?;
+    anyhow::ensure!(present(), "npm still not runnable after installing it");
+    Ok(())
 }
 
 /// wrk, the HTTP load generator of B3 (Debian's package).

@@ -465,11 +465,53 @@ async fn a_compilation_past_its_bound_is_reported(setup: Setup) {
     s.stop().await.unwrap();
 }
 
+/// The examples as `cargo xtask run` deploys them: the Python rule enforcing
+/// and its JavaScript twin in shadow mode, with the repository's sidecars
+/// (instances reused). Both judge a shouting post alike; only the enforcing
+/// one changes its status, and the twin's disagreements stay at zero.
+async fn the_python_and_javascript_examples_serve_side_by_side(setup: Setup) {
+    let root = gavel_tests::repo_root();
+    let s = TestServer::start_with(setup, |c| {
+        let dir = &c.plugin_dir;
+        std::fs::copy(gavel_tests::guests::SHOUTING, dir.join("shouting.wasm")).unwrap();
+        std::fs::copy(gavel_tests::guests::SHOUTING_JS, dir.join("shouting-js.wasm")).unwrap();
+        for sidecar in ["shouting.toml", "shouting-js.toml"] {
+            std::fs::copy(root.join("plugins").join(sidecar), dir.join(sidecar)).unwrap();
+        }
+    })
+    .await;
+    let list = plugins(&s).await;
+    let js = plugin(&list, "shouting-js").unwrap_or_else(|| panic!("the JavaScript example loads: {list:#}"));
+    assert_eq!(js["mode"], "shadow", "{js}");
+    assert_eq!(js["reuse_instances"], true, "{js}");
+    assert_eq!(plugin(&list, "shouting").unwrap()["mode"], "enforce");
+
+    let loud = s.submit("loud", "THIS IS THE BEST OFFER YOU WILL EVER SEE").await;
+    let calm = s.submit("calm", "A calm sentence about gardening and tomatoes.").await;
+    for (id, status, verdict) in [(&loud, "held_for_review", "hold"), (&calm, "visible", "allow")] {
+        let item = s
+            .wait_for(id, |i| i["needs_eval_since"].is_null() && i["status"] != "pending_scan")
+            .await;
+        assert_eq!(item["status"], status, "{item:#}");
+        let decisions = item["decisions"].as_array().unwrap();
+        let by = |name: &str| decisions.iter().find(|d| d["plugin"] == name).unwrap_or_else(|| panic!("{name}: {item:#}"));
+        assert_eq!(by("shouting")["verdict"], verdict);
+        let twin = by("shouting-js");
+        assert_eq!(twin["verdict"], verdict, "{twin}");
+        assert_eq!((twin["mode"].as_str(), twin["applied"].as_bool()), (Some("shadow"), Some(false)));
+        assert_eq!(twin["outcome"], "ok");
+    }
+    let js = plugin(&plugins(&s).await, "shouting-js").cloned().unwrap();
+    assert_eq!(js["shadow_disagreements"], 0, "{js}");
+    s.stop().await.unwrap();
+}
+
 gavel_tests::matrix!([embedded: Embedded]
     bad_files_keep_the_previous_version_serving,
     a_file_written_in_chunks_is_never_run_half_written,
     a_restart_loads_compiled_code_from_the_cache,
     a_shadow_plugin_never_changes_a_status,
     a_compilation_past_its_bound_is_reported,
+    the_python_and_javascript_examples_serve_side_by_side,
 );
 gavel_tests::matrix!([everywhere_embedded: Embedded, everywhere_distributed: Distributed] hot_swaps_under_load_stamp_every_decision_with_loaded_code);

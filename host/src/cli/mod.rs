@@ -1,12 +1,14 @@
 //! The `gavel` command line.
 
-use crate::domain::Outcome;
-use crate::rules::{Evaluation, HostError, LoadedPlugin, RuleEngine, RuntimeLimits, fit_snapshot, snapshot_from_spec};
+mod plugin;
+mod scaffold;
+
+pub use plugin::{PluginCommand, describe};
+pub use scaffold::Lang;
+
 use crate::telemetry::LogFormat;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use gavel_plugin_sdk::spec::{SnapshotSpec, parse_cases};
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// gavel: a moderation and anti-spam rule host.
@@ -18,6 +20,17 @@ pub struct Cli {
     pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// The log filter when `RUST_LOG` is unset: `info`, but `plugin bench`
+    /// leaves out the rule's own log lines, which would bury the timings.
+    pub fn default_log_filter(&self) -> &'static str {
+        match self.command {
+            Command::Plugin(PluginCommand::Bench { .. }) => "info,plugin=off",
+            _ => "info",
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -96,37 +109,7 @@ pub enum DeadLetterCommand {
     Replay { id: i64 },
 }
 
-#[derive(Debug, Subcommand)]
-pub enum PluginCommand {
-    /// Load and validate a component, print its info and digest, and
-    /// evaluate it once on a sample snapshot.
-    Check {
-        file: PathBuf,
-        /// Config pairs passed to the rule, `key=value` (repeatable).
-        #[arg(long = "config", value_parser = parse_pair)]
-        config: Vec<(String, String)>,
-    },
-    /// Evaluate a component on one snapshot and print the evaluation as JSON.
-    Eval {
-        file: PathBuf,
-        /// The snapshot as JSON, or `@PATH` to read it from a file.
-        #[arg(long)]
-        snapshot: String,
-        /// Config pairs passed to the rule, `key=value` (repeatable); they
-        /// override the snapshot's own `config`.
-        #[arg(long = "config", value_parser = parse_pair)]
-        config: Vec<(String, String)>,
-    },
-    /// Run a `cases.json` file through a component (the same file the
-    /// SDK's native harness runs), printing one line per case.
-    Test {
-        file: PathBuf,
-        #[arg(long)]
-        cases: PathBuf,
-    },
-}
-
-fn parse_pair(s: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_pair(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .ok_or_else(|| format!("expected key=value, got {s:?}"))
@@ -146,7 +129,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             })?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Plugin(cmd) => run_plugin(cmd),
+        Command::Plugin(cmd) => plugin::run(cmd),
         Command::DeadLetters { command, flags } => {
             let config = crate::config::Config::load(&flags)?;
             tokio::runtime::Runtime::new()?.block_on(run_dead_letters(config, command))
@@ -229,120 +212,6 @@ async fn run_deliveries(config: crate::config::Config, cmd: DeliveryCommand) -> 
             }
         }
     }
-}
-
-fn run_plugin(cmd: PluginCommand) -> anyhow::Result<ExitCode> {
-    let engine = RuleEngine::new(RuntimeLimits::default())?;
-    match cmd {
-        PluginCommand::Check { file, config } => {
-            let plugin = match engine.load_file(&file) {
-                Ok(p) => p,
-                Err(err) => {
-                    eprintln!("not loadable: {err}");
-                    return Ok(ExitCode::FAILURE);
-                }
-            };
-            print_info(&plugin);
-            let mut spec = SnapshotSpec::default();
-            spec.item.text = "Hello from gavel plugin check: a friendly sample post.".into();
-            spec.config.extend(config);
-            let evaluation = evaluate_spec(&engine, &plugin, &spec)?;
-            println!("sample:      {}", describe(&evaluation));
-            Ok(exit_for(&evaluation))
-        }
-        PluginCommand::Eval { file, snapshot, config } => {
-            let plugin = engine.load_file(&file)?;
-            let json = match snapshot.strip_prefix('@') {
-                Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?,
-                None => snapshot,
-            };
-            let mut spec: SnapshotSpec = serde_json::from_str(&json).context("parsing --snapshot")?;
-            spec.config.extend(config);
-            let evaluation = evaluate_spec(&engine, &plugin, &spec)?;
-            println!("{}", serde_json::to_string_pretty(&evaluation)?);
-            Ok(exit_for(&evaluation))
-        }
-        PluginCommand::Test { file, cases } => run_cases(&engine, &file, &cases),
-    }
-}
-
-fn print_info(plugin: &LoadedPlugin) {
-    let phases: Vec<&str> = plugin.info.phases.iter().map(|p| p.as_str()).collect();
-    println!("file:        {} ({} bytes)", plugin.path.display(), plugin.size);
-    println!("name:        {}", plugin.info.name);
-    println!("version:     {}", plugin.info.version);
-    println!("description: {}", plugin.info.description);
-    println!("phases:      {}", phases.join(", "));
-    println!("digest:      sha256:{}", plugin.stamp.digest);
-    println!("compiled in: {} ms", plugin.compile_time.as_millis());
-}
-
-fn evaluate_spec(engine: &RuleEngine, plugin: &LoadedPlugin, spec: &SnapshotSpec) -> Result<Evaluation, HostError> {
-    let mut snapshot = snapshot_from_spec(spec);
-    fit_snapshot(&mut snapshot, engine.limits().max_snapshot_bytes);
-    engine.evaluate(plugin, &snapshot)
-}
-
-/// One line: outcome, verdict, reason, duration.
-pub fn describe(e: &Evaluation) -> String {
-    match &e.decision {
-        Some(d) => format!(
-            "{} {} score={:.2} labels=[{}] reason={:?} ({} µs)",
-            e.outcome,
-            d.verdict,
-            d.score,
-            d.labels.join(","),
-            d.reason,
-            e.duration.as_micros()
-        ),
-        None => format!(
-            "{}: {} ({} µs)",
-            e.outcome,
-            e.error.as_deref().unwrap_or(""),
-            e.duration.as_micros()
-        ),
-    }
-}
-
-fn exit_for(e: &Evaluation) -> ExitCode {
-    if e.outcome == Outcome::Ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
-}
-
-fn run_cases(engine: &RuleEngine, file: &Path, cases: &Path) -> anyhow::Result<ExitCode> {
-    let plugin = engine.load_file(file)?;
-    let json = std::fs::read_to_string(cases).with_context(|| format!("reading {}", cases.display()))?;
-    let cases = parse_cases(&json).with_context(|| format!("parsing {}", file.display()))?;
-    println!(
-        "{} {} (sha256:{})",
-        plugin.info.name,
-        plugin.info.version,
-        &plugin.stamp.digest.to_hex()[..16]
-    );
-    let mut failed = 0;
-    for case in &cases {
-        let evaluation = evaluate_spec(engine, &plugin, &case.snapshot)?;
-        let result = match &evaluation.decision {
-            Some(d) => case.expect.check(d.verdict.as_str(), &d.labels, d.provider.as_deref()),
-            None => Err(describe(&evaluation)),
-        };
-        match result {
-            Ok(()) => println!("  ok    {} -> {}", case.name, describe(&evaluation)),
-            Err(why) => {
-                failed += 1;
-                println!("  FAIL  {}: {why}", case.name);
-            }
-        }
-    }
-    println!("{} passed, {failed} failed", cases.len() - failed);
-    Ok(if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
 }
 
 async fn run_dead_letters(config: crate::config::Config, cmd: DeadLetterCommand) -> anyhow::Result<ExitCode> {

@@ -1,0 +1,328 @@
+//! `gavel plugin ...`: the rule author's commands. `new` writes a project
+//! (see `scaffold.rs`); `check`, `eval`, `test` and `bench` run a built
+//! component through the same sandbox and limits as `gavel serve`.
+
+use super::parse_pair;
+use super::scaffold::{self, Lang};
+use crate::domain::Outcome;
+use crate::rules::contract;
+use crate::rules::{
+    Evaluation, HostError, InstancePool, LoadedPlugin, RuleEngine, RuntimeLimits, Snapshot, fit_snapshot,
+    snapshot_from_spec,
+};
+use anyhow::Context;
+use clap::Subcommand;
+use gavel_plugin_sdk::spec::{Case, SnapshotSpec, parse_cases};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Subcommand)]
+pub enum PluginCommand {
+    /// Write a new rule project (source with a worked example, cases.json,
+    /// build set-up, README) that builds as it is.
+    New {
+        /// The plugin name: lowercase letters, digits and `-`.
+        name: String,
+        /// The language of the rule.
+        #[arg(long, value_enum)]
+        lang: Lang,
+        /// Where to write the project (default: ./NAME). Must not exist or be empty.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Rust only: the `plugin-sdk` directory of a gavel checkout (default:
+        /// $GAVEL_SDK, else the checkout this gavel was built from).
+        #[arg(long, env = "GAVEL_SDK")]
+        sdk: Option<PathBuf>,
+    },
+    /// Load and validate a component (format, imports against the contract,
+    /// world), print its info, digest and contract version, and evaluate it
+    /// once on a sample snapshot.
+    Check {
+        file: PathBuf,
+        /// Config pairs passed to the rule, `key=value` (repeatable).
+        #[arg(long = "config", value_parser = parse_pair)]
+        config: Vec<(String, String)>,
+    },
+    /// Evaluate a component on one snapshot and print the evaluation as JSON.
+    Eval {
+        file: PathBuf,
+        /// The snapshot as JSON, or `@PATH` to read it from a file.
+        #[arg(long)]
+        snapshot: String,
+        /// Config pairs passed to the rule, `key=value` (repeatable); they
+        /// override the snapshot's own `config`.
+        #[arg(long = "config", value_parser = parse_pair)]
+        config: Vec<(String, String)>,
+    },
+    /// Run a `cases.json` file through a component (the same file the
+    /// SDK's native harness runs), printing one line per case.
+    Test {
+        file: PathBuf,
+        #[arg(long)]
+        cases: PathBuf,
+    },
+    /// Time a component per case, in a fresh instance (gavel's default) and
+    /// in a reused one (`reuse_instances = true`), under the default limits.
+    Bench {
+        file: PathBuf,
+        /// The cases to time (default: one sample post).
+        #[arg(long)]
+        cases: Option<PathBuf>,
+        /// Evaluations per case and instance mode (after 5 warm-up calls).
+        #[arg(long, default_value_t = 200)]
+        iterations: u32,
+        /// Config pairs passed to the rule, `key=value` (repeatable).
+        #[arg(long = "config", value_parser = parse_pair)]
+        config: Vec<(String, String)>,
+    },
+}
+
+/// Runs one `gavel plugin` command.
+pub fn run(cmd: PluginCommand) -> anyhow::Result<ExitCode> {
+    if let PluginCommand::New { name, lang, dir, sdk } = cmd {
+        let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
+        return scaffold::write_project(&name, lang, &dir, sdk.as_deref()).map(|()| ExitCode::SUCCESS);
+    }
+    let engine = RuleEngine::new(RuntimeLimits::default())?;
+    match cmd {
+        PluginCommand::New { .. } => unreachable!("handled above"),
+        PluginCommand::Check { file, config } => check(&engine, &file, config),
+        PluginCommand::Eval { file, snapshot, config } => {
+            let plugin = engine.load_file(&file)?;
+            let json = match snapshot.strip_prefix('@') {
+                Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?,
+                None => snapshot,
+            };
+            let mut spec: SnapshotSpec = serde_json::from_str(&json).context("parsing --snapshot")?;
+            spec.config.extend(config);
+            let evaluation = evaluate_spec(&engine, &plugin, &spec)?;
+            println!("{}", serde_json::to_string_pretty(&evaluation)?);
+            Ok(exit_for(&evaluation))
+        }
+        PluginCommand::Test { file, cases } => run_cases(&engine, &file, &cases),
+        PluginCommand::Bench {
+            file,
+            cases,
+            iterations,
+            config,
+        } => bench(&engine, &file, cases.as_deref(), iterations.max(1), &config),
+    }
+}
+
+fn check(engine: &RuleEngine, file: &Path, config: Vec<(String, String)>) -> anyhow::Result<ExitCode> {
+    let plugin = match engine.load_file(file) {
+        Ok(p) => p,
+        Err(err) => {
+            eprintln!("not loadable: {err}");
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    print_info(&plugin);
+    let mut spec = SnapshotSpec::default();
+    spec.item.text = "Hello from gavel plugin check: a friendly sample post.".into();
+    spec.config.extend(config);
+    let evaluation = evaluate_spec(engine, &plugin, &spec)?;
+    println!("sample:      {}", describe(&evaluation));
+    Ok(exit_for(&evaluation))
+}
+
+fn print_info(plugin: &LoadedPlugin) {
+    let phases: Vec<&str> = plugin.info.phases.iter().map(|p| p.as_str()).collect();
+    println!("file:        {} ({} bytes)", plugin.path.display(), plugin.size);
+    println!("name:        {}", plugin.info.name);
+    println!("version:     {}", plugin.info.version);
+    println!("description: {}", plugin.info.description);
+    println!("phases:      {}", phases.join(", "));
+    println!("digest:      sha256:{}", plugin.stamp.digest);
+    let host = contract::host_version();
+    match &plugin.contract {
+        Some(built) => {
+            println!("contract:    {}@{built} (this host: {host})", contract::PACKAGE);
+            // Loading already refused an incompatible version; this is the warning.
+            if let Ok(Some(warning)) = contract::compatibility(built) {
+                eprintln!("warning:     {warning}");
+            }
+        }
+        None => println!("contract:    imports no {} interface (this host: {host})", contract::PACKAGE),
+    }
+    println!("compiled in: {} ms", plugin.compile_time.as_millis());
+}
+
+fn evaluate_spec(engine: &RuleEngine, plugin: &LoadedPlugin, spec: &SnapshotSpec) -> Result<Evaluation, HostError> {
+    engine.evaluate(plugin, &snapshot_of(engine, spec))
+}
+
+fn snapshot_of(engine: &RuleEngine, spec: &SnapshotSpec) -> Snapshot {
+    let mut snapshot = snapshot_from_spec(spec);
+    fit_snapshot(&mut snapshot, engine.limits().max_snapshot_bytes);
+    snapshot
+}
+
+/// One line: outcome, verdict, reason, duration.
+pub fn describe(e: &Evaluation) -> String {
+    match &e.decision {
+        Some(d) => format!(
+            "{} {} score={:.2} labels=[{}] reason={:?} ({} µs)",
+            e.outcome,
+            d.verdict,
+            d.score,
+            d.labels.join(","),
+            d.reason,
+            e.duration.as_micros()
+        ),
+        None => format!(
+            "{}: {} ({} µs)",
+            e.outcome,
+            e.error.as_deref().unwrap_or(""),
+            e.duration.as_micros()
+        ),
+    }
+}
+
+fn exit_for(e: &Evaluation) -> ExitCode {
+    if e.outcome == Outcome::Ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn read_cases(path: &Path) -> anyhow::Result<Vec<Case>> {
+    let json = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    parse_cases(&json).with_context(|| format!("parsing {}", path.display()))
+}
+
+fn run_cases(engine: &RuleEngine, file: &Path, cases: &Path) -> anyhow::Result<ExitCode> {
+    let plugin = engine.load_file(file)?;
+    let cases = read_cases(cases)?;
+    println!(
+        "{} {} (sha256:{})",
+        plugin.info.name,
+        plugin.info.version,
+        &plugin.stamp.digest.to_hex()[..16]
+    );
+    let mut failed = 0;
+    for case in &cases {
+        let evaluation = evaluate_spec(engine, &plugin, &case.snapshot)?;
+        let result = match &evaluation.decision {
+            Some(d) => case.expect.check(d.verdict.as_str(), &d.labels, d.provider.as_deref()),
+            None => Err(describe(&evaluation)),
+        };
+        match result {
+            Ok(()) => println!("  ok    {} -> {}", case.name, describe(&evaluation)),
+            Err(why) => {
+                failed += 1;
+                println!("  FAIL  {}: {why}", case.name);
+            }
+        }
+    }
+    println!("{} passed, {failed} failed", cases.len() - failed);
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Wall time of `iterations` evaluations, sorted, after a short warm-up.
+fn time_evaluations(
+    iterations: u32,
+    mut evaluate: impl FnMut() -> Result<Evaluation, HostError>,
+) -> anyhow::Result<(Vec<Duration>, Evaluation)> {
+    let mut last = None;
+    for _ in 0..5 {
+        last = Some(evaluate()?);
+    }
+    let mut times = Vec::with_capacity(iterations as usize);
+    for _ in 0..iterations {
+        let started = Instant::now();
+        let evaluation = evaluate()?;
+        times.push(started.elapsed());
+        last = Some(evaluation);
+    }
+    times.sort();
+    Ok((times, last.expect("at least one evaluation")))
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1e6
+}
+
+fn bench(
+    engine: &RuleEngine,
+    file: &Path,
+    cases: Option<&Path>,
+    iterations: u32,
+    config: &[(String, String)],
+) -> anyhow::Result<ExitCode> {
+    let plugin = engine.load_file(file)?;
+    let cases: Vec<(String, SnapshotSpec)> = match cases {
+        Some(path) => read_cases(path)?.into_iter().map(|c| (c.name, c.snapshot)).collect(),
+        None => {
+            let mut snapshot = SnapshotSpec::default();
+            snapshot.item.text = "Hello from gavel plugin bench: a friendly sample post.".into();
+            vec![("sample post".into(), snapshot)]
+        }
+    };
+    let limits = engine.limits();
+    println!(
+        "{} {} (sha256:{}), {} bytes; {iterations} evaluations per case and mode, \
+         under the default limits ({} ms async, {} MiB)",
+        plugin.info.name,
+        plugin.info.version,
+        &plugin.stamp.digest.to_hex()[..16],
+        plugin.size,
+        limits.async_deadline.as_millis(),
+        limits.memory_bytes >> 20
+    );
+    println!(
+        "  {:<40} {:>8}  {:>10} {:>10}  {:>10} {:>10}",
+        "case", "outcome", "fresh p50", "fresh p99", "reused p50", "reused p99"
+    );
+    let (mut fresh_all, mut reused_all) = (Vec::new(), Vec::new());
+    for (name, spec) in &cases {
+        let mut spec = spec.clone();
+        spec.config.extend(config.iter().cloned());
+        let snapshot = snapshot_of(engine, &spec);
+        let (fresh, evaluation) = time_evaluations(iterations, || engine.evaluate(&plugin, &snapshot))?;
+        let deadline = engine.deadline_for(&snapshot);
+        let pool = InstancePool::new(1);
+        let (reused, _) = time_evaluations(iterations, || {
+            engine.evaluate_reusing(&plugin, &pool, &snapshot, deadline, limits.memory_bytes)
+        })?;
+        let outcome = match &evaluation.decision {
+            Some(d) => d.verdict.to_string(),
+            None => evaluation.outcome.to_string(),
+        };
+        println!(
+            "  {:<40} {:>8}  {:>8.1}µs {:>8.1}µs  {:>8.1}µs {:>8.1}µs",
+            truncate(name, 40),
+            outcome,
+            percentile(&fresh, 0.5),
+            percentile(&fresh, 0.99),
+            percentile(&reused, 0.5),
+            percentile(&reused, 0.99)
+        );
+        fresh_all.extend(fresh);
+        reused_all.extend(reused);
+    }
+    fresh_all.sort();
+    reused_all.sort();
+    let (fresh, reused) = (percentile(&fresh_all, 0.5), percentile(&reused_all, 0.5));
+    println!(
+        "all cases: fresh instance p50 {fresh:.1} µs, reused instance p50 {reused:.1} µs ({:.1}× faster reused)",
+        fresh / reused.max(0.001)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut t: String = s.chars().take(max - 1).collect();
+    t.push('…');
+    t
+}

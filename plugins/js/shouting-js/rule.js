@@ -1,0 +1,71 @@
+// @ts-check
+// Shouting, in JavaScript: holds posts written mostly in capitals. The twin
+// of the Python example (plugins/python/shouting/app.py), case for case, so
+// the two languages can be compared on the same work (docs/BENCHMARKS.md B2).
+//
+// Built into a WebAssembly component with jco (componentize-js), every WASI
+// feature disabled so the component imports only the gavel:rules contract:
+//
+//     npm ci && npm run build
+//
+// Config (sidecar `[config]`): `min_letters` (default 12) letters before the
+// rule looks at case; `caps_ratio` (default 0.8) share of capitals that
+// counts as shouting; three `!` or more in a row turn a hold into a reject.
+
+import { log } from "gavel:rules/host@0.2.0";
+
+/** @typedef {import("gavel:rules/types@0.2.0").Snapshot} Snapshot */
+/** @typedef {import("gavel:rules/types@0.2.0").Decision} Decision */
+/** @typedef {import("gavel:rules/types@0.2.0").PluginInfo} PluginInfo */
+
+/**
+ * A numeric config value, or `fallback` when absent. A value that does not
+ * parse is thrown: the evaluation's outcome is `error`, naming the key.
+ * @param {Snapshot} snapshot
+ * @param {string} key
+ * @param {number} fallback
+ */
+function config(snapshot, key, fallback) {
+  const raw = snapshot.config.find(([k]) => k === key)?.[1];
+  if (raw === undefined) return fallback;
+  const value = Number(raw);
+  if (raw.trim() === "" || Number.isNaN(value)) {
+    throw `config \`${key}\`: cannot parse ${JSON.stringify(raw)}`;
+  }
+  return value;
+}
+
+/** @returns {PluginInfo} */
+export function info() {
+  return {
+    name: "shouting-js",
+    version: "1.0.0",
+    description: "Holds posts written mostly in capitals (JavaScript)",
+    phases: ["async"],
+  };
+}
+
+/**
+ * @param {Snapshot} input
+ * @returns {Decision}
+ */
+export function evaluate(input) {
+  const minLetters = config(input, "min_letters", 12);
+  const capsRatio = config(input, "caps_ratio", 0.8);
+  const text = input.item.text;
+  // Letters are the characters that have a case.
+  const letters = [...text].filter((c) => c.toLowerCase() !== c.toUpperCase());
+  /** @type {Decision} */
+  const allow = { verdict: "allow", score: 0, labels: [], reason: "" };
+  if (letters.length < minLetters) return allow;
+  const upper = letters.filter((c) => c === c.toUpperCase()).length;
+  const ratio = upper / letters.length;
+  if (ratio < capsRatio) return allow;
+  const reason = `${Math.round(ratio * 100)}% of ${letters.length} letters are capitals`;
+  const score = Math.min(1, ratio);
+  if (text.includes("!!!")) {
+    log("info", `item ${input.item.id}: shouting with exclamation marks`);
+    return { verdict: "reject", score, labels: ["shouting"], reason: `${reason}, with !!!` };
+  }
+  return { verdict: "hold", score, labels: ["shouting"], reason };
+}
