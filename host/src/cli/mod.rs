@@ -23,11 +23,13 @@ pub struct Cli {
 }
 
 impl Cli {
-    /// The log filter when `RUST_LOG` is unset: `info`, but `plugin bench`
-    /// leaves out the rule's own log lines, which would bury the timings.
+    /// The log filter when `RUST_LOG` is unset: `info`; the rule author's
+    /// commands show the rule's own log lines and gavel's warnings, and
+    /// `plugin bench` not even the rule's lines, which would bury the timings.
     pub fn default_log_filter(&self) -> &'static str {
         match self.command {
-            Command::Plugin(PluginCommand::Bench { .. }) => "info,plugin=off",
+            Command::Plugin(PluginCommand::Bench { .. }) => "warn,plugin=off",
+            Command::Plugin(_) => "warn,plugin=info",
             _ => "info",
         }
     }

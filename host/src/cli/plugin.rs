@@ -84,7 +84,13 @@ pub fn run(cmd: PluginCommand) -> anyhow::Result<ExitCode> {
         let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
         return scaffold::write_project(&name, lang, &dir, sdk.as_deref()).map(|()| ExitCode::SUCCESS);
     }
-    let engine = RuleEngine::new(RuntimeLimits::default())?;
+    let mut engine = RuleEngine::new(RuntimeLimits::default())?;
+    match cache_dir().map(|dir| std::fs::create_dir_all(&dir).map(|()| dir)) {
+        Some(Ok(dir)) => engine = engine.with_cache(&dir)?,
+        // Without a cache every command compiles afresh: slower, same result.
+        Some(Err(e)) => tracing::warn!(error = %e, "no compilation cache"),
+        None => {}
+    }
     match cmd {
         PluginCommand::New { .. } => unreachable!("handled above"),
         PluginCommand::Check { file, config } => check(&engine, &file, config),
@@ -108,6 +114,17 @@ pub fn run(cmd: PluginCommand) -> anyhow::Result<ExitCode> {
             config,
         } => bench(&engine, &file, cases.as_deref(), iterations.max(1), &config),
     }
+}
+
+/// Where the author's commands keep compiled components, so `check`,
+/// `test` and `bench` of one file compile it once (a JavaScript or Python
+/// component takes seconds): `$GAVEL_CACHE_DIR`, else the user's cache
+/// directory (`$XDG_CACHE_HOME/gavel`, `~/.cache/gavel`).
+fn cache_dir() -> Option<PathBuf> {
+    let var = |name| std::env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    var("GAVEL_CACHE_DIR")
+        .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("gavel")))
+        .or_else(|| var("HOME").map(|d| d.join(".cache/gavel")))
 }
 
 fn check(engine: &RuleEngine, file: &Path, config: Vec<(String, String)>) -> anyhow::Result<ExitCode> {

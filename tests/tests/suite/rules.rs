@@ -30,15 +30,26 @@ fn reuse(engine: &RuleEngine, plugin: &LoadedPlugin, pool: &InstancePool, snapsh
         .expect("the host runs the evaluation")
 }
 
+/// The example plugins, loaded once for the file: the Python and JavaScript
+/// ones are big components, each compiled in seconds.
+fn loaded_examples() -> &'static [(&'static str, LoadedPlugin, std::path::PathBuf)] {
+    static LOADED: OnceLock<Vec<(&'static str, LoadedPlugin, std::path::PathBuf)>> = OnceLock::new();
+    LOADED.get_or_init(|| {
+        example_plugins()
+            .into_iter()
+            .map(|(wasm, cases)| (wasm, load(shared_engine(), wasm), cases))
+            .collect()
+    })
+}
+
 #[test]
 fn example_plugins_pass_their_cases_through_the_runtime() {
     let engine = shared_engine();
-    for (wasm, cases) in example_plugins() {
-        let plugin = load(engine, wasm);
+    for (_, plugin, cases) in loaded_examples() {
         let cases = parse_cases(&std::fs::read_to_string(&cases).unwrap()).unwrap();
         assert!(cases.len() >= 5, "{}: too few cases", plugin.info.name);
         for case in cases {
-            let e = evaluate_spec(engine, &plugin, &case.snapshot);
+            let e = evaluate_spec(engine, plugin, &case.snapshot);
             let d = e
                 .decision
                 .as_ref()
@@ -53,9 +64,8 @@ fn example_plugins_pass_their_cases_through_the_runtime() {
 #[test]
 fn every_evaluation_is_stamped_with_name_version_and_file_digest() {
     let engine = shared_engine();
-    for (wasm, _) in example_plugins() {
-        let plugin = load(engine, wasm);
-        let e = run(engine, &plugin, &snapshot("hello", &[]));
+    for (wasm, plugin, _) in loaded_examples() {
+        let e = run(engine, plugin, &snapshot("hello", &[]));
         assert_eq!(e.outcome, Outcome::Ok);
         assert_eq!(e.plugin.name, plugin.info.name);
         assert_eq!(e.plugin.version, "1.0.0");
