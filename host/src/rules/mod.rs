@@ -210,7 +210,8 @@ impl RuleEngine {
 
     /// Evaluates on an instance from `pool` (created on demand), which goes
     /// back to the pool unless the call trapped, timed out or hit the memory
-    /// cap. The opt-in of `reuse_instances = true`: state a call leaves in
+    /// cap, or the instance has grown past half its memory cap (it is
+    /// retired before it can fail a call on the cap). The opt-in of `reuse_instances = true`: state a call leaves in
     /// the guest's memory is visible to later calls.
     pub fn evaluate_reusing(
         &self,
@@ -238,7 +239,8 @@ impl RuleEngine {
         };
         let result = instance.rule.call_evaluate(&mut instance.store, snapshot);
         let evaluation = self.conclude(plugin, &instance.store, result, started, deadline, memory_bytes)?;
-        if matches!(evaluation.outcome, Outcome::Ok | Outcome::Error | Outcome::Invalid) {
+        let healthy = matches!(evaluation.outcome, Outcome::Ok | Outcome::Error | Outcome::Invalid);
+        if healthy && !instance.store.data().limiter.past_half() {
             let mut idle = pool.idle.lock().expect("not poisoned");
             if idle.len() < pool.max_idle {
                 idle.push(instance);

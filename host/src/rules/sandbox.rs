@@ -146,6 +146,8 @@ impl bindings::gavel::rules::host::Host for Sandbox {
 pub(crate) struct MemoryLimiter {
     memory_bytes: usize,
     pub(crate) exceeded: bool,
+    /// The largest linear memory the instance has grown to, in bytes.
+    pub(crate) largest: usize,
 }
 
 impl MemoryLimiter {
@@ -153,7 +155,17 @@ impl MemoryLimiter {
         MemoryLimiter {
             memory_bytes,
             exceeded: false,
+            largest: 0,
         }
+    }
+
+    /// Whether a reused instance has grown past half its cap and should be
+    /// retired rather than kept: language runtimes (a JavaScript engine)
+    /// may never give memory back between calls, and an instance left to
+    /// grow would end a later call on the cap, an outcome the rule did
+    /// nothing to deserve on that item.
+    pub(crate) fn past_half(&self) -> bool {
+        self.largest > self.memory_bytes / 2
     }
 }
 
@@ -171,6 +183,7 @@ impl ResourceLimiter for MemoryLimiter {
                 self.memory_bytes
             ));
         }
+        self.largest = self.largest.max(desired);
         Ok(true)
     }
 

@@ -154,6 +154,28 @@ fn reused_instances_keep_state_and_a_trap_discards_the_instance() {
     assert!(manifest.reuse_instances);
 }
 
+/// A reused instance whose memory only grows (a language runtime's heap
+/// that is never collected between calls) is retired once it holds more
+/// than half its cap, before a call can fail on the cap: reuse never turns
+/// into `memory` outcomes.
+#[test]
+fn a_reused_instance_is_retired_before_its_memory_reaches_the_cap() {
+    let engine = shared_engine();
+    let plugin = load(engine, guests::MISBEHAVE);
+    let pool = InstancePool::new(1);
+    let cap_mib = engine.limits().memory_bytes >> 20;
+    let mut served = Vec::new();
+    for _ in 0..3 * cap_mib / 4 {
+        let e = reuse(engine, &plugin, &pool, &snapshot("x", &[("mode", "hoard"), ("mib", "4")]));
+        assert_eq!(e.outcome, Outcome::Ok, "call {}: {:?}", served.len() + 1, e.error);
+        let calls: usize = e.decision.unwrap().reason.trim_start_matches("calls=").parse().unwrap();
+        served.push(calls);
+    }
+    assert!(served.iter().all(|&c| c * 4 <= cap_mib / 2 + 4), "{served:?}");
+    assert!(served.windows(2).any(|w| w[1] == 1 && w[0] > 1), "an instance was retired and replaced: {served:?}");
+    assert!(served.windows(2).any(|w| w[1] == w[0] + 1), "instances were reused: {served:?}");
+}
+
 #[test]
 fn out_of_contract_results_are_invalid_or_error() {
     let engine = shared_engine();
