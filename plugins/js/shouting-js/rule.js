@@ -53,7 +53,8 @@ export function evaluate(input) {
   const minLetters = config(input, "min_letters", 12);
   const capsRatio = config(input, "caps_ratio", 0.8);
   const text = input.item.text;
-  // Letters are the characters that have a case.
+  // Letters that have a case, as `c.lower() != c.upper()` in the Python
+  // twin: scripts without capitals neither count as shouting nor dilute it.
   const letters = [...text].filter((c) => c.toLowerCase() !== c.toUpperCase());
   /** @type {Decision} */
   const allow = { verdict: "allow", score: 0, labels: [], reason: "" };

@@ -3,9 +3,12 @@
 Built into a WebAssembly component with componentize-py against the same WIT
 contract as the Rust rules:
 
-    componentize-py -d ../../../wit -w rule componentize app -o shouting.wasm
+    componentize-py -d ../../../wit -w rule componentize --stub-wasi app -o shouting.wasm
 
-Config (sidecar `[config]`): `min_letters` (default 12) letters before the
+(`--stub-wasi`: CPython's file and socket imports become stubs that trap;
+gavel refuses a component that imports them.)
+
+Config (sidecar `[config]`): `min_letters` (default 12) letters with case before the
 rule looks at case; `caps_ratio` (default 0.8) share of capitals that counts
 as shouting; three `!` or more in a row turn a hold into a reject.
 """
@@ -39,7 +42,9 @@ class WitWorld(wit_world.WitWorld):
         min_letters = config(input, "min_letters", 12)
         caps_ratio = config(input, "caps_ratio", 0.8)
         text = input.item.text
-        letters = [c for c in text if c.isalpha()]
+        # Letters that have a case: scripts without capitals (Japanese,
+        # Arabic, ...) neither count as shouting nor dilute it.
+        letters = [c for c in text if c.lower() != c.upper()]
         if len(letters) < min_letters:
             return Decision(verdict=Verdict.ALLOW, score=0.0, labels=[], reason="", provider=None)
         upper = sum(1 for c in letters if c.isupper())

@@ -61,6 +61,26 @@ fn example_plugins_pass_their_cases_through_the_runtime() {
     }
 }
 
+/// The shouting rule in three languages decides alike, case for case, on
+/// the Python example's cases: B2 compares like with like.
+#[test]
+fn the_shouting_twins_agree_case_for_case() {
+    let engine = shared_engine();
+    let cases = gavel_tests::repo_root().join("plugins/python/shouting/cases.json");
+    let cases = parse_cases(&std::fs::read_to_string(cases).unwrap()).unwrap();
+    let rust = load(engine, guests::SHOUTING_TWIN);
+    let js = &loaded_examples().iter().find(|(wasm, ..)| *wasm == guests::SHOUTING_JS).unwrap().1;
+    for twin in [&rust, js] {
+        for case in &cases {
+            let e = evaluate_spec(engine, twin, &case.snapshot);
+            let d = e.decision.as_ref().unwrap_or_else(|| panic!("{}: {:?}", case.name, e.error));
+            if let Err(why) = case.expect.check(d.verdict.as_str(), &d.labels, d.provider.as_deref()) {
+                panic!("{} / {}: {why}", twin.info.name, case.name);
+            }
+        }
+    }
+}
+
 #[test]
 fn every_evaluation_is_stamped_with_name_version_and_file_digest() {
     let engine = shared_engine();
