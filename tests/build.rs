@@ -44,6 +44,7 @@ fn main() {
         "plugins/python/shouting/app.py",
         "plugins/js/shouting-js/rule.js",
         "plugins/js/shouting-js/package-lock.json",
+        "plugins/js/shouting-js/package.json",
     ] {
         println!("cargo::rerun-if-changed={}", root.join(watched).display());
     }

@@ -114,17 +114,7 @@ pub async fn serve_with_metrics(
         metrics: metrics.clone(),
     });
     tasks.spawn(worker.clone().sample_queue(cancel.clone()));
-    // Every role registers the webhook cursors before it serves: an API-only
-    // process writes transitions too, and an endpoint starting at `latest`
-    // registered later by a worker would start past the events this process
-    // had already accepted, which would then never be delivered.
-    let dispatcher = delivery::Dispatcher::new(
-        store.clone(),
-        config.webhooks.clone(),
-        config.delivery.clone(),
-        metrics.clone(),
-    )?;
-    dispatcher.register().await?;
+    let dispatcher = register_webhooks(&config, &store, &metrics).await?;
     if config.role.evaluates() {
         start_evaluating(&mut tasks, &config, &store, &worker, dispatcher, &metrics, &cancel).await?;
     }
@@ -195,6 +185,26 @@ async fn load_plugins(
         }
     };
     Ok((registry, watcher, history))
+}
+
+/// The webhook dispatcher, with every endpoint's cursor registered. Every
+/// role does this before it serves: an API-only process writes transitions
+/// too, and an endpoint starting at `latest` registered later by a worker
+/// would start past the events this process had already accepted, which
+/// would then never be delivered.
+async fn register_webhooks(
+    config: &config::Config,
+    store: &store::SharedStore,
+    metrics: &Arc<metrics::Metrics>,
+) -> anyhow::Result<delivery::Dispatcher> {
+    let dispatcher = delivery::Dispatcher::new(
+        store.clone(),
+        config.webhooks.clone(),
+        config.delivery.clone(),
+        metrics.clone(),
+    )?;
+    dispatcher.register().await?;
+    Ok(dispatcher)
 }
 
 /// Starts the tasks of a node that evaluates, side by side: claiming and

@@ -38,14 +38,18 @@ fn output(cmd: &mut Command) -> Output {
     cmd.output().unwrap_or_else(|e| panic!("running {cmd:?}: {e}"))
 }
 
-fn gavel() -> Command {
-    Command::new(gavel_binary())
+/// `gavel`, compiling into a cache in `tmp` (a test's own temp dir): the
+/// commands of one test share it, as an author's do, not the user's cache.
+fn gavel(tmp: &Path) -> Command {
+    let mut cmd = Command::new(gavel_binary());
+    cmd.env("GAVEL_CACHE_DIR", tmp.join("gavel-cache"));
+    cmd
 }
 
 /// `gavel plugin new NAME --lang LANG --dir TMP/NAME`; returns the project dir.
 fn scaffold(tmp: &Path, name: &str, lang: &str) -> PathBuf {
     let dir = tmp.join(name);
-    let out = run(gavel()
+    let out = run(gavel(tmp)
         .args(["plugin", "new", name, "--lang", lang, "--dir"])
         .arg(&dir));
     assert!(out.contains(&format!("rule `{name}`")), "{out}");
@@ -59,6 +63,7 @@ fn scaffold(tmp: &Path, name: &str, lang: &str) -> PathBuf {
 /// through the real sandbox; the template's four cases all pass.
 fn check_test_and_bench(dir: &Path, wasm: &Path, name: &str) {
     let host = gavel::rules::contract::host_version();
+    let gavel = || gavel(dir);
     let check = run(gavel().args(["plugin", "check"]).arg(wasm));
     assert!(check.contains(&format!("name:        {name}")), "{check}");
     assert!(check.contains(&format!("contract:    gavel:rules@{host} (this host: {host})")), "{check}");
@@ -149,7 +154,8 @@ fn the_javascript_type_check_catches_a_verdict_outside_the_contract() {
 
 #[test]
 fn plugin_check_refuses_a_rule_that_imports_files_or_sockets_naming_the_imports() {
-    let out = output(gavel().args(["plugin", "check", guests::REACHES_OUT]));
+    let tmp = tempfile::tempdir().unwrap();
+    let out = output(gavel(tmp.path()).args(["plugin", "check", guests::REACHES_OUT]));
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("imports outside the gavel:rules contract"), "{err}");
@@ -160,11 +166,13 @@ fn plugin_check_refuses_a_rule_that_imports_files_or_sockets_naming_the_imports(
 #[test]
 fn plugin_new_refuses_a_bad_name_and_a_directory_in_use() {
     let tmp = tempfile::tempdir().unwrap();
+    let gavel = || gavel(tmp.path());
     let out = output(gavel().args(["plugin", "new", "Bad_Name", "--lang", "js", "--dir"]).arg(tmp.path().join("x")));
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a plugin name"));
     std::fs::write(tmp.path().join("keep.txt"), "mine").unwrap();
     let out = output(gavel().args(["plugin", "new", "ok", "--lang", "python", "--dir"]).arg(tmp.path()));
     assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not empty"));
     assert_eq!(std::fs::read_to_string(tmp.path().join("keep.txt")).unwrap(), "mine");
 }

@@ -139,7 +139,7 @@ pub fn build_js_guest(dir: &Path, wit: &Path, out: &Path) -> Result<Guest, Strin
     };
     let lock = dir.join("package-lock.json");
     let installed = dir.join("node_modules/.package-lock.json");
-    if !up_to_date(&installed, std::slice::from_ref(&lock)) {
+    if !up_to_date(&installed, &[lock.clone(), dir.join("package.json")]) {
         let status = Command::new("npm")
             .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
             .current_dir(dir)
@@ -150,7 +150,7 @@ pub fn build_js_guest(dir: &Path, wit: &Path, out: &Path) -> Result<Guest, Strin
             return Err(format!("npm ci failed in {} ({status})", dir.display()));
         }
     }
-    if up_to_date(out, &[dir.join("rule.js"), wit.join("rules.wit"), lock]) {
+    if up_to_date(out, &[dir.join("rule.js"), dir.join("package.json"), wit.join("rules.wit"), lock]) {
         return Ok(guest);
     }
     if let Some(parent) = out.parent() {

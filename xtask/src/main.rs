@@ -270,15 +270,28 @@ fn bench(quick: bool) -> anyhow::Result<()> {
 /// Node.js and npm, which build JavaScript rules (jco and componentize-js
 /// come from the npm registry, pinned in each rule's package-lock.json).
 fn ensure_node() -> anyhow::Result<()> {
-    let present = || output(Command::new("npm").arg("--version")).is_some();
-    if present() {
+    // jco 1.35 and componentize-js 0.23 need Node.js 20 or later.
+    let major = || {
+        output(Command::new("node").arg("--version"))
+            .and_then(|v| v.trim().trim_start_matches('v').split('.').next()?.parse::<u32>().ok())
+    };
+    let ready = || major().is_some_and(|m| m >= 20) && output(Command::new("npm").arg("--version")).is_some();
+    if ready() {
         return Ok(());
     }
     let is_root = output(Command::new("id").arg("-u")).is_some_and(|u| u.trim() == "0");
-    anyhow::ensure!(is_root, "npm is not installed: install Node.js 20 or later with npm");
+    anyhow::ensure!(
+        is_root && major().is_none(),
+        "JavaScript rules need Node.js 20 or later with npm (found: {})",
+        major().map_or("no node".into(), |m| format!("Node.js {m}"))
+    );
     sh(Command::new("apt-get").arg("update").arg("-qq"))?;
     sh(Command::new("apt-get").args(["install", "-y", "-qq", "nodejs", "npm"]))?;
-    anyhow::ensure!(present(), "npm still not runnable after installing it");
+    anyhow::ensure!(
+        ready(),
+        "JavaScript rules need Node.js 20 or later with npm; Debian's package gave {}",
+        major().map_or("no node".into(), |m| format!("Node.js {m}"))
+    );
     Ok(())
 }
 

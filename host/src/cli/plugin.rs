@@ -205,9 +205,12 @@ fn exit_for(e: &Evaluation) -> ExitCode {
     }
 }
 
+/// The cases of a `cases.json` file; a file with none is an error, not a pass.
 fn read_cases(path: &Path) -> anyhow::Result<Vec<Case>> {
     let json = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    parse_cases(&json).with_context(|| format!("parsing {}", path.display()))
+    let cases = parse_cases(&json).with_context(|| format!("parsing {}", path.display()))?;
+    anyhow::ensure!(!cases.is_empty(), "{} holds no case", path.display());
+    Ok(cases)
 }
 
 fn run_cases(engine: &RuleEngine, file: &Path, cases: &Path) -> anyhow::Result<ExitCode> {

@@ -60,6 +60,9 @@ pub fn write_project(name: &str, lang: Lang, dir: &Path, sdk: Option<&Path>) -> 
     if !valid_name(name) {
         bail!("{name:?} is not a plugin name: use 1-64 lowercase letters, digits and '-', not starting with '-'");
     }
+    if lang == Lang::Rust && name.starts_with(|c: char| c.is_ascii_digit()) {
+        bail!("{name:?} starts with a digit, which Cargo refuses as a package name: start a Rust rule's name with a letter");
+    }
     if dir.exists() && std::fs::read_dir(dir)?.next().is_some() {
         bail!("{} already exists and is not empty", dir.display());
     }
@@ -122,12 +125,6 @@ impl Vars<'_> {
                 c.next().map(|f| f.to_ascii_uppercase().to_string() + c.as_str()).unwrap_or_default()
             })
             .collect();
-        // A Rust type name cannot start with a digit.
-        let type_name = if type_name.starts_with(|c: char| c.is_ascii_digit()) {
-            format!("Rule{type_name}")
-        } else {
-            type_name
-        };
         let sdk = self.sdk.map(|p| p.display().to_string().replace('\\', "/")).unwrap_or_default();
         text.replace("{{name}}", self.name)
             .replace("{{crate}}", &self.name.replace('-', "_"))
@@ -157,11 +154,7 @@ fn find_sdk(given: Option<&Path>) -> anyhow::Result<PathBuf> {
     let wit = sdk.join("../wit/rules.wit");
     let theirs = std::fs::read_to_string(&wit).with_context(|| format!("reading the SDK's {}", wit.display()))?;
     if theirs != contract::WIT {
-        let version = theirs
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("package gavel:rules@"))
-            .unwrap_or("an unknown version")
-            .trim_end_matches(';');
+        let version = contract::version_in(&theirs).unwrap_or("an unknown version");
         bail!(
             "the SDK at {} builds against {} ({version}), not this gavel's contract ({}): use the SDK \
              of the same gavel checkout",
@@ -175,7 +168,13 @@ fn find_sdk(given: Option<&Path>) -> anyhow::Result<PathBuf> {
 
 fn print_next_steps(name: &str, lang: Lang, dir: &Path) {
     let d = dir.display();
-    println!("wrote a {lang:?} rule `{name}` into {d}");
+    let language = match lang {
+        Lang::Rust => "Rust",
+        Lang::Python => "Python",
+        Lang::Js => "JavaScript",
+        Lang::Ts => "TypeScript",
+    };
+    println!("wrote a {language} rule `{name}` into {d}");
     match lang {
         Lang::Rust => println!(
             "next:\n  cd {d}\n  cargo test\n  cargo build --release --target wasm32-wasip2\n  \
@@ -222,7 +221,7 @@ mod tests {
             language: "",
         };
         assert_eq!(vars("a-b-c").fill("{{Type}}"), "ABC");
-        assert_eq!(vars("2fast").fill("{{Type}}"), "Rule2fast");
+        assert_eq!(vars("watch-words-2").fill("{{Type}}"), "WatchWords2");
     }
 
     #[test]
@@ -232,6 +231,8 @@ mod tests {
         std::fs::write(tmp.path().join("keep"), "x").unwrap();
         let err = write_project("ok", Lang::Python, tmp.path(), None).unwrap_err();
         assert!(err.to_string().contains("not empty"), "{err}");
+        let err = write_project("2fast", Lang::Rust, &tmp.path().join("r"), None).unwrap_err();
+        assert!(err.to_string().contains("starts with a digit"), "{err}");
         assert_eq!(std::fs::read_to_string(tmp.path().join("keep")).unwrap(), "x");
     }
 }

@@ -20,13 +20,14 @@ pub const PACKAGE: &str = "gavel:rules";
 
 /// The contract version this host speaks, from the `package` line of [`WIT`].
 pub fn host_version() -> &'static str {
-    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    VERSION.get_or_init(|| {
-        WIT.lines()
-            .find_map(|l| l.trim().strip_prefix("package gavel:rules@"))
-            .map(|v| v.trim_end_matches(';').trim().to_string())
-            .expect("wit/rules.wit declares `package gavel:rules@VERSION;`")
-    })
+    version_in(WIT).expect("wit/rules.wit declares `package gavel:rules@VERSION;`")
+}
+
+/// The version a WIT text declares for the contract package, if it does.
+pub fn version_in(wit: &str) -> Option<&str> {
+    wit.lines()
+        .find_map(|l| l.trim().strip_prefix("package gavel:rules@"))
+        .map(|v| v.trim_end_matches(';').trim())
 }
 
 /// WASI interfaces a rule may import because the sandbox makes them
@@ -104,6 +105,9 @@ pub struct Imports {
     pub contract: Option<String>,
     /// Imports outside the contract, in the component's order.
     pub refused: Vec<(String, &'static str)>,
+    /// Another `gavel:rules` version than `contract`, if the component
+    /// imports two (it cannot be linked consistently).
+    pub mixed: Option<String>,
 }
 
 impl Imports {
@@ -112,9 +116,11 @@ impl Imports {
         let mut out = Imports::default();
         for name in names {
             match classify(name) {
-                Import::Contract { version } => {
-                    out.contract.get_or_insert(version);
-                }
+                Import::Contract { version } => match &out.contract {
+                    None => out.contract = Some(version),
+                    Some(first) if *first != version => out.mixed = Some(version),
+                    Some(_) => {}
+                },
                 Import::Harmless => {}
                 Import::Refused { name, grants } => out.refused.push((name, grants)),
             }
@@ -125,6 +131,11 @@ impl Imports {
     /// The refusal message, naming every import outside the contract and
     /// how each language builds a rule without them; `None` when none.
     pub fn refusal(&self) -> Option<String> {
+        if let (Some(first), Some(other)) = (&self.contract, &self.mixed) {
+            return Some(format!(
+                "imports two versions of the {PACKAGE} contract ({first} and {other}); build it against one"
+            ));
+        }
         if self.refused.is_empty() {
             return None;
         }
@@ -140,9 +151,14 @@ impl Imports {
 
 /// Whether a contract version `built` runs on this host, and if it is older,
 /// a warning that says so. Versions compare by semver: within `0.x`, the
-/// minor version must match; `1.x` and later, the major.
+/// minor version must match; `1.x` and later, the major. A component built
+/// against a newer contract than the host's may use what the host lacks, so
+/// it is refused too.
 pub fn compatibility(built: &str) -> Result<Option<String>, String> {
-    let host = host_version();
+    compatibility_with(built, host_version())
+}
+
+fn compatibility_with(built: &str, host: &str) -> Result<Option<String>, String> {
     let parse = |v: &str| -> Option<(u64, u64, u64)> {
         let mut it = v.split(['.', '-', '+']).map(|p| p.parse::<u64>());
         Some((it.next()?.ok()?, it.next()?.ok()?, it.next()?.ok()?))
@@ -155,6 +171,12 @@ pub fn compatibility(built: &str) -> Result<Option<String>, String> {
         return Err(format!(
             "built against {PACKAGE}@{built}; this host speaks {PACKAGE}@{host}: rebuild the rule against the \
              host's WIT (`gavel plugin new` writes it; Rust rules: update gavel-plugin-sdk)"
+        ));
+    }
+    if b > h {
+        return Err(format!(
+            "built against {PACKAGE}@{built}, newer than this host's {PACKAGE}@{host}: upgrade gavel, \
+             or rebuild the rule against the host's WIT"
         ));
     }
     Ok((b < h).then(|| {
@@ -219,23 +241,24 @@ mod tests {
         assert!(msg.contains("wasi:sockets/tcp@0.2.3 (network sockets)"), "{msg}");
         assert!(!msg.contains("wasi:io"), "{msg}");
         assert_eq!(Imports::judge(["gavel:rules/host@0.2.0"]).refusal(), None);
+        let mixed = Imports::judge(["gavel:rules/types@0.2.0", "gavel:rules/host@0.2.1"]).refusal();
+        assert!(mixed.is_some_and(|m| m.contains("two versions")));
     }
 
     #[test]
     fn versions_are_compatible_within_the_host_minor() {
-        let host = host_version();
-        assert_eq!(compatibility(host), Ok(None));
-        let (major, minor) = {
-            let mut it = host.split('.').map(|p| p.parse::<u64>().unwrap());
-            (it.next().unwrap(), it.next().unwrap())
-        };
-        assert!(compatibility(&format!("{}.{}.0", major + 1, minor)).is_err());
-        if major == 0 {
-            assert!(compatibility(&format!("0.{}.0", minor + 1)).is_err());
-            if minor > 0 {
-                assert!(compatibility(&format!("0.{}.0", minor - 1)).is_err());
-            }
-        }
-        assert!(compatibility("banana").is_err());
+        assert_eq!(compatibility(host_version()), Ok(None));
+        // 0.x: the minor decides; an older patch warns, a newer one is refused.
+        assert_eq!(compatibility_with("0.2.3", "0.2.3"), Ok(None));
+        assert!(compatibility_with("0.2.1", "0.2.3").unwrap().unwrap().contains("older"));
+        assert!(compatibility_with("0.2.4", "0.2.3").unwrap_err().contains("newer than this host"));
+        assert!(compatibility_with("0.1.9", "0.2.3").is_err());
+        assert!(compatibility_with("0.3.0", "0.2.3").is_err());
+        assert!(compatibility_with("1.2.3", "0.2.3").is_err());
+        // 1.x and later: the major decides.
+        assert!(compatibility_with("1.1.0", "1.2.0").unwrap().is_some());
+        assert!(compatibility_with("1.3.0", "1.2.0").unwrap_err().contains("newer"));
+        assert!(compatibility_with("2.0.0", "1.2.0").is_err());
+        assert!(compatibility_with("banana", "0.2.3").is_err());
     }
 }
