@@ -125,8 +125,11 @@ impl Vars<'_> {
                 c.next().map(|f| f.to_ascii_uppercase().to_string() + c.as_str()).unwrap_or_default()
             })
             .collect();
-        let sdk = self.sdk.map(|p| p.display().to_string().replace('\\', "/")).unwrap_or_default();
+        let sdk = self.sdk.map(|p| p.display().to_string()).unwrap_or_default();
+        // A TOML string, whatever the path holds (quotes, backslashes).
+        let sdk_toml = toml::Value::String(sdk.clone()).to_string();
         text.replace("{{name}}", self.name)
+            .replace("{{sdk_toml}}", &sdk_toml)
             .replace("{{crate}}", &self.name.replace('-', "_"))
             .replace("{{Type}}", &type_name)
             .replace("{{contract}}", contract::host_version())
@@ -209,6 +212,15 @@ mod tests {
             assert!(!filled.contains("{{"), "{path} keeps a placeholder:\n{filled}");
         }
         assert!(vars.fill(RUST[2].1).contains("pub struct WatchWords;"));
+        let odd = Vars {
+            sdk: Some(Path::new("/a \"quoted\" \\ dir")),
+            ..vars
+        };
+        let manifest: toml::Value = toml::from_str(&odd.fill(RUST[0].1)).expect("the manifest is TOML");
+        assert_eq!(
+            manifest["dependencies"]["gavel-plugin-sdk"]["path"].as_str(),
+            Some("/a \"quoted\" \\ dir")
+        );
         assert!(vars.fill(JS_SOURCE.1).contains(&format!("gavel:rules/host@{}", contract::host_version())));
     }
 
