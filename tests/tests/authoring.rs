@@ -66,7 +66,10 @@ fn check_test_and_bench(dir: &Path, wasm: &Path, name: &str) {
     let gavel = || gavel(dir);
     let check = run(gavel().args(["plugin", "check"]).arg(wasm));
     assert!(check.contains(&format!("name:        {name}")), "{check}");
-    assert!(check.contains(&format!("contract:    gavel:rules@{host} (this host: {host})")), "{check}");
+    assert!(
+        check.contains(&format!("contract:    gavel:rules@{host} (this host: {host})")),
+        "{check}"
+    );
     assert!(check.contains("sample:      ok allow"), "{check}");
 
     let test = run(gavel()
@@ -107,7 +110,17 @@ fn a_new_python_rule_builds_and_passes_its_cases_in_the_sandbox() {
     let wit = std::fs::read_to_string(dir.join("wit/rules.wit")).unwrap();
     assert_eq!(wit, gavel::rules::contract::WIT, "the WIT comes from the binary");
     run(Command::new("componentize-py")
-        .args(["-d", "wit", "-w", "rule", "componentize", "--stub-wasi", "app", "-o", "watch-py.wasm"])
+        .args([
+            "-d",
+            "wit",
+            "-w",
+            "rule",
+            "componentize",
+            "--stub-wasi",
+            "app",
+            "-o",
+            "watch-py.wasm",
+        ])
         .current_dir(&dir));
     check_test_and_bench(&dir, &dir.join("watch-py.wasm"), "watch-py");
 }
@@ -141,13 +154,18 @@ fn the_javascript_type_check_catches_a_verdict_outside_the_contract() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = scaffold(tmp.path(), "typo-js", "js");
     let source = dir.join("rule.js");
-    let text = std::fs::read_to_string(&source).unwrap().replace("verdict: \"hold\"", "verdict: \"hide\"");
+    let text = std::fs::read_to_string(&source)
+        .unwrap()
+        .replace("verdict: \"hold\"", "verdict: \"hide\"");
     std::fs::write(&source, text).unwrap();
     run(Command::new("npm")
         .args(["ci", "--no-audit", "--no-fund"])
         .current_dir(&dir));
     let out = output(Command::new("npm").args(["run", "check"]).current_dir(&dir));
-    assert!(!out.status.success(), "the type check passed a verdict outside the contract");
+    assert!(
+        !out.status.success(),
+        "the type check passed a verdict outside the contract"
+    );
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("\"hide\"") && said.contains("Verdict"), "{said}");
 }
@@ -159,19 +177,33 @@ fn plugin_check_refuses_a_rule_that_imports_files_or_sockets_naming_the_imports(
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("imports outside the gavel:rules contract"), "{err}");
-    assert!(err.contains("wasi:filesystem/types@") && err.contains("(files)"), "{err}");
-    assert!(err.contains("wasi:sockets/tcp@") && err.contains("(network sockets)"), "{err}");
+    assert!(
+        err.contains("wasi:filesystem/types@") && err.contains("(files)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("wasi:sockets/tcp@") && err.contains("(network sockets)"),
+        "{err}"
+    );
 }
 
 #[test]
 fn plugin_new_refuses_a_bad_name_and_a_directory_in_use() {
     let tmp = tempfile::tempdir().unwrap();
     let gavel = || gavel(tmp.path());
-    let out = output(gavel().args(["plugin", "new", "Bad_Name", "--lang", "js", "--dir"]).arg(tmp.path().join("x")));
+    let out = output(
+        gavel()
+            .args(["plugin", "new", "Bad_Name", "--lang", "js", "--dir"])
+            .arg(tmp.path().join("x")),
+    );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a plugin name"));
     std::fs::write(tmp.path().join("keep.txt"), "mine").unwrap();
-    let out = output(gavel().args(["plugin", "new", "ok", "--lang", "python", "--dir"]).arg(tmp.path()));
+    let out = output(
+        gavel()
+            .args(["plugin", "new", "ok", "--lang", "python", "--dir"])
+            .arg(tmp.path()),
+    );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not empty"));
     assert_eq!(std::fs::read_to_string(tmp.path().join("keep.txt")).unwrap(), "mine");

@@ -124,7 +124,8 @@ fn build_plugins(root: &Path, dir: &Path) -> anyhow::Result<Vec<(PathBuf, PathBu
         build_python_guest(&py, &root.join("wit"), &target.join("python/shouting.wasm")).map_err(anyhow::Error::msg)?;
     built.push((guest, py));
     let js = root.join("plugins/js/shouting-js");
-    let guest = build_js_guest(&js, &root.join("wit"), &target.join("js/shouting-js.wasm")).map_err(anyhow::Error::msg)?;
+    let guest =
+        build_js_guest(&js, &root.join("wit"), &target.join("js/shouting-js.wasm")).map_err(anyhow::Error::msg)?;
     built.push((guest, js));
 
     std::fs::create_dir_all(dir)?;

@@ -161,7 +161,10 @@ fn print_info(plugin: &LoadedPlugin) {
                 eprintln!("warning:     {warning}");
             }
         }
-        None => println!("contract:    imports no {} interface (this host: {host})", contract::PACKAGE),
+        None => println!(
+            "contract:    imports no {} interface (this host: {host})",
+            contract::PACKAGE
+        ),
     }
     println!("compiled in: {} ms", plugin.compile_time.as_millis());
 }

@@ -26,7 +26,10 @@ const CASES: Template = ("cases.json", include_str!("../../templates/cases.json"
 
 const RUST: &[Template] = &[
     ("Cargo.toml", include_str!("../../templates/rust/Cargo.toml")),
-    (".cargo/config.toml", include_str!("../../templates/rust/.cargo/config.toml")),
+    (
+        ".cargo/config.toml",
+        include_str!("../../templates/rust/.cargo/config.toml"),
+    ),
     ("src/lib.rs", include_str!("../../templates/rust/src/lib.rs")),
     ("README.md", include_str!("../../templates/rust/README.md")),
     (".gitignore", include_str!("../../templates/rust/.gitignore")),
@@ -43,7 +46,10 @@ const PYTHON: &[Template] = &[
 /// Shared by JavaScript and TypeScript; the source file is added per language.
 const JS: &[Template] = &[
     ("package.json", include_str!("../../templates/js/package.json")),
-    ("package-lock.json", include_str!("../../templates/js/package-lock.json")),
+    (
+        "package-lock.json",
+        include_str!("../../templates/js/package-lock.json"),
+    ),
     ("tsconfig.json", include_str!("../../templates/js/tsconfig.json")),
     ("README.md", include_str!("../../templates/js/README.md")),
     (".gitignore", include_str!("../../templates/js/.gitignore")),
@@ -61,7 +67,9 @@ pub fn write_project(name: &str, lang: Lang, dir: &Path, sdk: Option<&Path>) -> 
         bail!("{name:?} is not a plugin name: use 1-64 lowercase letters, digits and '-', not starting with '-'");
     }
     if lang == Lang::Rust && name.starts_with(|c: char| c.is_ascii_digit()) {
-        bail!("{name:?} starts with a digit, which Cargo refuses as a package name: start a Rust rule's name with a letter");
+        bail!(
+            "{name:?} starts with a digit, which Cargo refuses as a package name: start a Rust rule's name with a letter"
+        );
     }
     if dir.exists() && std::fs::read_dir(dir)?.next().is_some() {
         bail!("{} already exists and is not empty", dir.display());
@@ -122,7 +130,9 @@ impl Vars<'_> {
             .filter(|p| !p.is_empty())
             .map(|p| {
                 let mut c = p.chars();
-                c.next().map(|f| f.to_ascii_uppercase().to_string() + c.as_str()).unwrap_or_default()
+                c.next()
+                    .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                    .unwrap_or_default()
             })
             .collect();
         let sdk = self.sdk.map(|p| p.display().to_string()).unwrap_or_default();
@@ -143,7 +153,9 @@ impl Vars<'_> {
 /// checkout this binary was built from. Its bindings are generated from
 /// `../wit/rules.wit`, which must be this binary's contract.
 fn find_sdk(given: Option<&Path>) -> anyhow::Result<PathBuf> {
-    let candidate = given.map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from(BUILT_FROM_SDK));
+    let candidate = given
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(BUILT_FROM_SDK));
     let sdk = candidate.canonicalize().map_err(|_| {
         anyhow::anyhow!(
             "gavel-plugin-sdk not found at {}: pass --sdk PATH (the plugin-sdk directory of the gavel \
@@ -221,7 +233,10 @@ mod tests {
             manifest["dependencies"]["gavel-plugin-sdk"]["path"].as_str(),
             Some("/a \"quoted\" \\ dir")
         );
-        assert!(vars.fill(JS_SOURCE.1).contains(&format!("gavel:rules/host@{}", contract::host_version())));
+        assert!(
+            vars.fill(JS_SOURCE.1)
+                .contains(&format!("gavel:rules/host@{}", contract::host_version()))
+        );
     }
 
     #[test]

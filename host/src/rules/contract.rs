@@ -164,7 +164,9 @@ fn compatibility_with(built: &str, host: &str) -> Result<Option<String>, String>
         Some((it.next()?.ok()?, it.next()?.ok()?, it.next()?.ok()?))
     };
     let (Some(b), Some(h)) = (parse(built), parse(host)) else {
-        return Err(format!("{PACKAGE}@{built} is not a version this host understands ({host})"));
+        return Err(format!(
+            "{PACKAGE}@{built} is not a version this host understands ({host})"
+        ));
     };
     let compatible = if h.0 == 0 { b.0 == 0 && b.1 == h.1 } else { b.0 == h.0 };
     if !compatible {
@@ -213,7 +215,10 @@ mod tests {
             ("wasi:sockets/tcp@0.2.9", "network sockets"),
             ("wasi:http/outgoing-handler@0.2.3", "HTTP requests"),
             ("wasi:keyvalue/store@0.2.0", "a WASI capability gavel does not grant"),
-            ("gavel:rulesx/host@0.2.0", "an interface outside the gavel:rules contract"),
+            (
+                "gavel:rulesx/host@0.2.0",
+                "an interface outside the gavel:rules contract",
+            ),
             ("evil", "an interface outside the gavel:rules contract"),
         ] {
             assert_eq!(
@@ -251,7 +256,11 @@ mod tests {
         // 0.x: the minor decides; an older patch warns, a newer one is refused.
         assert_eq!(compatibility_with("0.2.3", "0.2.3"), Ok(None));
         assert!(compatibility_with("0.2.1", "0.2.3").unwrap().unwrap().contains("older"));
-        assert!(compatibility_with("0.2.4", "0.2.3").unwrap_err().contains("newer than this host"));
+        assert!(
+            compatibility_with("0.2.4", "0.2.3")
+                .unwrap_err()
+                .contains("newer than this host")
+        );
         assert!(compatibility_with("0.1.9", "0.2.3").is_err());
         assert!(compatibility_with("0.3.0", "0.2.3").is_err());
         assert!(compatibility_with("1.2.3", "0.2.3").is_err());

@@ -2,8 +2,8 @@
 //! linking against the `rule` world, and one `info()` call.
 
 use super::RuleEngine;
-use super::contract::{self, Imports};
 use super::bindings::{self, RulePre};
+use super::contract::{self, Imports};
 use super::evaluation::PluginStamp;
 use super::sandbox::{Sandbox, truncate_str};
 use crate::domain::{Digest, Phase};

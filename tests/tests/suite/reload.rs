@@ -494,11 +494,19 @@ async fn the_python_and_javascript_examples_serve_side_by_side(setup: Setup) {
             .await;
         assert_eq!(item["status"], status, "{item:#}");
         let decisions = item["decisions"].as_array().unwrap();
-        let by = |name: &str| decisions.iter().find(|d| d["plugin"] == name).unwrap_or_else(|| panic!("{name}: {item:#}"));
+        let by = |name: &str| {
+            decisions
+                .iter()
+                .find(|d| d["plugin"] == name)
+                .unwrap_or_else(|| panic!("{name}: {item:#}"))
+        };
         assert_eq!(by("shouting")["verdict"], verdict);
         let twin = by("shouting-js");
         assert_eq!(twin["verdict"], verdict, "{twin}");
-        assert_eq!((twin["mode"].as_str(), twin["applied"].as_bool()), (Some("shadow"), Some(false)));
+        assert_eq!(
+            (twin["mode"].as_str(), twin["applied"].as_bool()),
+            (Some("shadow"), Some(false))
+        );
         assert_eq!(twin["outcome"], "ok");
     }
     let js = plugin(&plugins(&s).await, "shouting-js").cloned().unwrap();

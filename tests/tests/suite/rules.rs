@@ -69,11 +69,18 @@ fn the_shouting_twins_agree_case_for_case() {
     let cases = gavel_tests::repo_root().join("plugins/python/shouting/cases.json");
     let cases = parse_cases(&std::fs::read_to_string(cases).unwrap()).unwrap();
     let rust = load(engine, guests::SHOUTING_TWIN);
-    let js = &loaded_examples().iter().find(|(wasm, ..)| *wasm == guests::SHOUTING_JS).unwrap().1;
+    let js = &loaded_examples()
+        .iter()
+        .find(|(wasm, ..)| *wasm == guests::SHOUTING_JS)
+        .unwrap()
+        .1;
     for twin in [&rust, js] {
         for case in &cases {
             let e = evaluate_spec(engine, twin, &case.snapshot);
-            let d = e.decision.as_ref().unwrap_or_else(|| panic!("{}: {:?}", case.name, e.error));
+            let d = e
+                .decision
+                .as_ref()
+                .unwrap_or_else(|| panic!("{}: {:?}", case.name, e.error));
             if let Err(why) = case.expect.check(d.verdict.as_str(), &d.labels, d.provider.as_deref()) {
                 panic!("{} / {}: {why}", twin.info.name, case.name);
             }
@@ -120,7 +127,10 @@ fn a_rule_importing_files_or_sockets_is_refused_and_the_environment_is_empty() {
     for import in ["wasi:filesystem/types@", "wasi:sockets/tcp@"] {
         assert!(msg.contains(import), "the refusal names {import}: {msg}");
     }
-    assert!(!msg.contains("gavel:rules/"), "the contract's own imports are not refused: {msg}");
+    assert!(
+        !msg.contains("gavel:rules/"),
+        "the contract's own imports are not refused: {msg}"
+    );
 
     let plugin = load(engine, guests::MISBEHAVE);
     let e = run(engine, &plugin, &snapshot("x", &[("mode", "probe")]));
@@ -186,14 +196,25 @@ fn a_reused_instance_is_retired_before_its_memory_reaches_the_cap() {
     let cap_mib = engine.limits().memory_bytes >> 20;
     let mut served = Vec::new();
     for _ in 0..3 * cap_mib / 4 {
-        let e = reuse(engine, &plugin, &pool, &snapshot("x", &[("mode", "hoard"), ("mib", "4")]));
+        let e = reuse(
+            engine,
+            &plugin,
+            &pool,
+            &snapshot("x", &[("mode", "hoard"), ("mib", "4")]),
+        );
         assert_eq!(e.outcome, Outcome::Ok, "call {}: {:?}", served.len() + 1, e.error);
         let calls: usize = e.decision.unwrap().reason.trim_start_matches("calls=").parse().unwrap();
         served.push(calls);
     }
     assert!(served.iter().all(|&c| c * 4 <= cap_mib / 2 + 4), "{served:?}");
-    assert!(served.windows(2).any(|w| w[1] == 1 && w[0] > 1), "an instance was retired and replaced: {served:?}");
-    assert!(served.windows(2).any(|w| w[1] == w[0] + 1), "instances were reused: {served:?}");
+    assert!(
+        served.windows(2).any(|w| w[1] == 1 && w[0] > 1),
+        "an instance was retired and replaced: {served:?}"
+    );
+    assert!(
+        served.windows(2).any(|w| w[1] == w[0] + 1),
+        "instances were reused: {served:?}"
+    );
 }
 
 #[test]
