@@ -80,40 +80,48 @@ pub enum PluginCommand {
 
 /// Runs one `gavel plugin` command.
 pub fn run(cmd: PluginCommand) -> anyhow::Result<ExitCode> {
-    if let PluginCommand::New { name, lang, dir, sdk } = cmd {
-        let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
-        return scaffold::write_project(&name, lang, &dir, sdk.as_deref()).map(|()| ExitCode::SUCCESS);
-    }
-    let mut engine = RuleEngine::new(RuntimeLimits::default())?;
-    match cache_dir().map(|dir| std::fs::create_dir_all(&dir).map(|()| dir)) {
-        Some(Ok(dir)) => engine = engine.with_cache(&dir)?,
-        // Without a cache every command compiles afresh: slower, same result.
-        Some(Err(e)) => tracing::warn!(error = %e, "no compilation cache"),
-        None => {}
-    }
+    let engine = || -> anyhow::Result<RuleEngine> {
+        let engine = RuleEngine::new(RuntimeLimits::default())?;
+        Ok(
+            match cache_dir().map(|dir| std::fs::create_dir_all(&dir).map(|()| dir)) {
+                Some(Ok(dir)) => engine.with_cache(&dir)?,
+                // Without a cache every command compiles afresh: slower, same result.
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "no compilation cache");
+                    engine
+                }
+                None => engine,
+            },
+        )
+    };
     match cmd {
-        PluginCommand::New { .. } => unreachable!("handled above"),
-        PluginCommand::Check { file, config } => check(&engine, &file, config),
-        PluginCommand::Eval { file, snapshot, config } => {
-            let plugin = engine.load_file(&file)?;
-            let json = match snapshot.strip_prefix('@') {
-                Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?,
-                None => snapshot,
-            };
-            let mut spec: SnapshotSpec = serde_json::from_str(&json).context("parsing --snapshot")?;
-            spec.config.extend(config);
-            let evaluation = evaluate_spec(&engine, &plugin, &spec)?;
-            println!("{}", serde_json::to_string_pretty(&evaluation)?);
-            Ok(exit_for(&evaluation))
+        PluginCommand::New { name, lang, dir, sdk } => {
+            let dir = dir.unwrap_or_else(|| PathBuf::from(&name));
+            scaffold::write_project(&name, lang, &dir, sdk.as_deref()).map(|()| ExitCode::SUCCESS)
         }
-        PluginCommand::Test { file, cases } => run_cases(&engine, &file, &cases),
+        PluginCommand::Check { file, config } => check(&engine()?, &file, config),
+        PluginCommand::Eval { file, snapshot, config } => eval(&engine()?, &file, snapshot, config),
+        PluginCommand::Test { file, cases } => run_cases(&engine()?, &file, &cases),
         PluginCommand::Bench {
             file,
             cases,
             iterations,
             config,
-        } => bench(&engine, &file, cases.as_deref(), iterations.max(1), &config),
+        } => bench(&engine()?, &file, cases.as_deref(), iterations.max(1), &config),
     }
+}
+
+fn eval(engine: &RuleEngine, file: &Path, snapshot: String, config: Vec<(String, String)>) -> anyhow::Result<ExitCode> {
+    let plugin = engine.load_file(file)?;
+    let json = match snapshot.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?,
+        None => snapshot,
+    };
+    let mut spec: SnapshotSpec = serde_json::from_str(&json).context("parsing --snapshot")?;
+    spec.config.extend(config);
+    let evaluation = evaluate_spec(engine, &plugin, &spec)?;
+    println!("{}", serde_json::to_string_pretty(&evaluation)?);
+    Ok(exit_for(&evaluation))
 }
 
 /// Where the author's commands keep compiled components, so `check`,

@@ -20,7 +20,8 @@ pub const PACKAGE: &str = "gavel:rules";
 
 /// The contract version this host speaks, from the `package` line of [`WIT`].
 pub fn host_version() -> &'static str {
-    version_in(WIT).expect("wit/rules.wit declares `package gavel:rules@VERSION;`")
+    static VERSION: std::sync::OnceLock<&str> = std::sync::OnceLock::new();
+    VERSION.get_or_init(|| version_in(WIT).expect("wit/rules.wit declares `package gavel:rules@VERSION;`"))
 }
 
 /// The version a WIT text declares for the contract package, if it does.
