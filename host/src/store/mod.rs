@@ -20,6 +20,7 @@
 //! - [`providers`]: hand-offs to external classifiers and their callbacks ([`Providers`]).
 //! - [`plugins`]: which code ran when, and its figures ([`PluginHistory`]).
 //! - [`retention`]: what is deleted when ([`Retention`]).
+//! - [`review`]: the moderator console's sessions, review claims and reads ([`Review`]).
 //! - `shared`: the transaction helpers every capability uses (audit rows,
 //!   decisions, key completion).
 //! - `dialect`: the few things the two backends do differently.
@@ -37,6 +38,7 @@ pub mod plugins;
 mod postgres;
 pub mod providers;
 pub mod retention;
+pub mod review;
 mod rows;
 mod shared;
 mod sqlite;
@@ -52,6 +54,7 @@ pub use plugins::*;
 pub use postgres::PgStore;
 pub use providers::*;
 pub use retention::*;
+pub use review::*;
 pub use sqlite::{SqliteStore, Synchronous};
 pub use submissions::*;
 
@@ -139,7 +142,17 @@ pub trait Backend: Send + Sync + 'static {
 /// `tests/tests/suite/store.rs` against a new backend. Consumers take the
 /// narrowest capability they need (`Arc<dyn Outbox>` for the dispatcher).
 pub trait ItemStore:
-    Backend + Items + Submissions + Events + Idempotency + Evaluations + Outbox + Providers + PluginHistory + Retention
+    Backend
+    + Items
+    + Submissions
+    + Events
+    + Idempotency
+    + Evaluations
+    + Outbox
+    + Providers
+    + PluginHistory
+    + Retention
+    + Review
 {
 }
 
@@ -154,6 +167,7 @@ impl<T> ItemStore for T where
         + Providers
         + PluginHistory
         + Retention
+        + Review
 {
 }
 

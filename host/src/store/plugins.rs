@@ -7,9 +7,16 @@ use crate::clock::Millis;
 use crate::domain::{Mode, PluginEvent, PluginVersionStatus};
 use serde::Serialize;
 
-/// What one plugin version (digest) has done, over every process.
+/// Decisions [`PluginFigures`] covers: a version's latest, so reading its
+/// figures costs the same however long it has served.
+pub const FIGURES_WINDOW: i64 = 10_000;
+
+/// What one plugin version (digest) has done lately, over every process:
+/// its latest [`FIGURES_WINDOW`] decisions (all of them when it has made
+/// fewer). Per-process totals since start are in `/metrics`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct PluginFigures {
+    /// Evaluations these figures cover (at most 10,000, the latest).
     pub evaluations: i64,
     /// Evaluations by outcome (`ok`, `trap`, `timeout`, ...).
     pub outcomes: std::collections::BTreeMap<String, i64>,
@@ -19,7 +26,7 @@ pub struct PluginFigures {
     pub reversals: i64,
     /// `reversals / ok evaluations`, when there were any.
     pub reversal_rate: Option<f64>,
-    /// Evaluation duration percentiles over the latest 10,000 evaluations.
+    /// Evaluation duration percentiles.
     pub p50_us: Option<i64>,
     pub p99_us: Option<i64>,
 }
@@ -47,13 +54,35 @@ pub struct PluginVersionRecord {
     pub recovered_at: Option<Millis>,
 }
 
-/// A week of one version's reversal rate, for the console's chart.
+/// One day of a version's actions and how many a moderator overturned, for
+/// the console's chart.
 #[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ReversalPoint {
     /// Start of the day (ms since the epoch, UTC).
     pub day: Millis,
-    pub decisions: i64,
+    /// Applied `flag`, `hold` and `reject` decisions made that day.
+    pub actions: i64,
+    /// Of those, how many a moderator has overturned since.
     pub reversals: i64,
+}
+
+impl PluginFigures {
+    /// The figures of `(outcome, verdict, count, reversed)` groups, without
+    /// the percentiles.
+    pub fn of_groups(groups: Vec<(String, Option<String>, i64, i64)>) -> PluginFigures {
+        let mut f = PluginFigures::default();
+        for (outcome, verdict, count, reversed) in groups {
+            f.evaluations += count;
+            f.reversals += reversed;
+            *f.outcomes.entry(outcome).or_default() += count;
+            if let Some(v) = verdict {
+                *f.verdicts.entry(v).or_default() += count;
+            }
+        }
+        let ok = f.outcomes.get("ok").copied().unwrap_or(0);
+        f.reversal_rate = (ok > 0).then(|| f.reversals as f64 / ok as f64);
+        f
+    }
 }
 
 /// The plugin history.
@@ -63,10 +92,11 @@ pub trait PluginHistory: Send + Sync {
     async fn record_plugin_event(&self, node: &str, event: &PluginEvent) -> StoreResult<()>;
 
     /// Evaluations, outcomes, verdicts, reversals and duration percentiles
-    /// of the plugin version with `digest`.
+    /// of the latest [`FIGURES_WINDOW`] decisions of the version with `digest`.
     async fn plugin_figures(&self, digest: &str) -> StoreResult<PluginFigures>;
 
-    /// Decisions and reversals of `digest` per day since `since`.
+    /// Actions (applied `flag`, `hold`, `reject`) of `digest` per day since
+    /// `since`, and how many of them were overturned.
     async fn reversal_series(&self, digest: &str, since: Millis) -> StoreResult<Vec<ReversalPoint>>;
 
     /// `plugin_versions`, newest first.
@@ -147,36 +177,31 @@ macro_rules! impl_plugin_history {
                 }
 
                 async fn plugin_figures(&self, digest: &str) -> StoreResult<PluginFigures> {
-                    let rows = sqlx::query_as::<_, (String, Option<String>, i64, i64)>(
-                        "SELECT outcome, verdict, COUNT(*), COALESCE(SUM(CASE WHEN reversed_at IS NOT NULL THEN 1 ELSE 0 END), 0) \
-                         FROM decisions WHERE plugin_digest = $1 GROUP BY outcome, verdict",
-                    )
+                    // Aggregated in the database over the window, from the
+                    // covering index: a few rows cross to the host, not 10,000.
+                    const WINDOW: &str = "(SELECT outcome, verdict, duration_us, reversed_at FROM decisions \
+                                          WHERE plugin_digest = $1 ORDER BY id DESC LIMIT $2) latest";
+                    let groups = sqlx::query_as::<_, (String, Option<String>, i64, i64)>(&format!(
+                        "SELECT outcome, verdict, COUNT(*), \
+                         COALESCE(SUM(CASE WHEN reversed_at IS NOT NULL THEN 1 ELSE 0 END), 0) \
+                         FROM {WINDOW} GROUP BY outcome, verdict"
+                    ))
                     .bind(digest)
+                    .bind(FIGURES_WINDOW)
                     .fetch_all(self.read_pool())
                     .await?;
-                    let mut durations: Vec<i64> = sqlx::query_scalar(
-                        "SELECT duration_us FROM decisions WHERE plugin_digest = $1 ORDER BY id DESC LIMIT 10000",
-                    )
-                    .bind(digest)
-                    .fetch_all(self.read_pool())
-                    .await?;
-                    durations.sort_unstable();
-                    let percentile = |p: usize| (!durations.is_empty()).then(|| durations[(durations.len() - 1) * p / 100]);
-                    let mut f = PluginFigures {
-                        p50_us: percentile(50),
-                        p99_us: percentile(99),
-                        ..PluginFigures::default()
-                    };
-                    for (outcome, verdict, count, reversed) in rows {
-                        f.evaluations += count;
-                        f.reversals += reversed;
-                        *f.outcomes.entry(outcome).or_default() += count;
-                        if let Some(v) = verdict {
-                            *f.verdicts.entry(v).or_default() += count;
+                    let mut f = PluginFigures::of_groups(groups);
+                    if f.evaluations > 0 {
+                        let percentile = format!("SELECT duration_us FROM {WINDOW} ORDER BY duration_us LIMIT 1 OFFSET $3");
+                        for (p, slot) in [(50, &mut f.p50_us), (99, &mut f.p99_us)] {
+                            *slot = sqlx::query_scalar(&percentile)
+                                .bind(digest)
+                                .bind(FIGURES_WINDOW)
+                                .bind((f.evaluations - 1) * p / 100)
+                                .fetch_optional(self.read_pool())
+                                .await?;
                         }
                     }
-                    let ok = f.outcomes.get("ok").copied().unwrap_or(0);
-                    f.reversal_rate = (ok > 0).then(|| f.reversals as f64 / ok as f64);
                     Ok(f)
                 }
 
@@ -184,7 +209,8 @@ macro_rules! impl_plugin_history {
                     let rows = sqlx::query_as::<_, (i64, i64, i64)>(
                         "SELECT (created_at / $3) * $3 AS day, COUNT(*), \
                          COALESCE(SUM(CASE WHEN reversed_at IS NOT NULL THEN 1 ELSE 0 END), 0) FROM decisions \
-                         WHERE plugin_digest = $1 AND created_at >= $2 AND outcome = 'ok' GROUP BY day ORDER BY day",
+                         WHERE plugin_digest = $1 AND created_at >= $2 AND applied \
+                         AND verdict IN ('flag', 'hold', 'reject') GROUP BY day ORDER BY day",
                     )
                     .bind(digest)
                     .bind(since)
@@ -193,7 +219,7 @@ macro_rules! impl_plugin_history {
                     .await?;
                     Ok(rows
                         .into_iter()
-                        .map(|(day, decisions, reversals)| ReversalPoint { day, decisions, reversals })
+                        .map(|(day, actions, reversals)| ReversalPoint { day, actions, reversals })
                         .collect())
                 }
 

@@ -81,3 +81,4 @@ super::outbox::impl_outbox!(PgStore, Postgres, PgRow);
 super::providers::impl_providers!(PgStore, Postgres, PgRow);
 super::plugins::impl_plugin_history!(PgStore, Postgres, PgRow);
 super::retention::impl_retention!(PgStore, Postgres, PgRow);
+super::review::impl_review!(PgStore, Postgres, PgRow);

@@ -143,3 +143,4 @@ super::outbox::impl_outbox!(SqliteStore, Sqlite, SqliteRow);
 super::providers::impl_providers!(SqliteStore, Sqlite, SqliteRow);
 super::plugins::impl_plugin_history!(SqliteStore, Sqlite, SqliteRow);
 super::retention::impl_retention!(SqliteStore, Sqlite, SqliteRow);
+super::review::impl_review!(SqliteStore, Sqlite, SqliteRow);
