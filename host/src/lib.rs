@@ -42,6 +42,7 @@ pub mod api;
 pub mod cli;
 pub mod clock;
 pub mod config;
+pub mod console;
 pub mod coordinator;
 pub mod delivery;
 pub mod domain;
@@ -131,7 +132,12 @@ pub async fn serve_with_metrics(
     });
     let app = if config.role.serves_api() {
         tasks.spawn(forget_idle_authors(state.author_limiter.clone(), cancel.clone()));
-        api::router(state)
+        let console = config.console.enabled.then(|| console::router(state.clone()));
+        let api = api::router(state);
+        match console {
+            Some(console) => api.merge(console),
+            None => api,
+        }
     } else {
         api::health_router(state)
     };

@@ -23,8 +23,10 @@ pub use error::{ApiError, ErrorBody};
 pub use events::{EventRequest, EventResponse};
 pub use items::ItemView;
 pub use limits::AuthorLimiter;
+pub use moderation::{decide, may_set};
 pub use providers::CallbackResponse;
 pub use submit::{SubmitRequest, SubmitResponse};
+pub use system::{PluginView, PluginsView, plugins_view};
 
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -313,7 +315,7 @@ fn json_response(status: StatusCode, body: String) -> Response {
 }
 
 /// The request id the middleware put on the request (and echoes back).
-fn request_id(headers: &HeaderMap) -> String {
+pub(crate) fn request_id(headers: &HeaderMap) -> String {
     headers
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())

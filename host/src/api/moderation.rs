@@ -6,7 +6,7 @@ use super::error::{ApiError, ErrorBody, Json, Path, Query};
 use super::items::{ItemView, item_view};
 use super::validate;
 use crate::domain::ItemStatus;
-use crate::store::{ManualActor, Moderation, ModerationOutcome, moderate as store_moderate};
+use crate::store::{ManualActor, Moderation, ModerationOutcome, StoreError, moderate as store_moderate};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
@@ -31,7 +31,7 @@ pub struct ModerationRequest {
 
 /// The statuses `POST /v1/items/{id}/moderation` sets: a moderator's
 /// decisions, and deletion.
-pub(super) fn may_set(status: ItemStatus) -> bool {
+pub fn may_set(status: ItemStatus) -> bool {
     status.is_moderator_target() || status == ItemStatus::Deleted
 }
 
@@ -79,8 +79,8 @@ pub async fn moderate(
         ),
     };
     let correlation_id = super::request_id(&headers);
-    let outcome = store_moderate(
-        state.store.as_ref(),
+    let outcome = decide(
+        &state,
         &Moderation {
             id: &id,
             to: req.status,
@@ -94,14 +94,7 @@ pub async fn moderate(
     )
     .await?;
     match outcome {
-        ModerationOutcome::Applied { reversed } => {
-            for d in &reversed {
-                state
-                    .metrics
-                    .reversals
-                    .get_or_create(&crate::metrics::Metrics::plugin(&d.plugin, &d.plugin_version))
-                    .inc();
-            }
+        ModerationOutcome::Applied { .. } => {
             let d = state
                 .store
                 .item_details(&id)
@@ -122,6 +115,22 @@ pub async fn moderate(
             format!("an item in status {from} cannot become {}", req.status),
         )),
     }
+}
+
+/// A decision by hand through the store, counting the reversals it makes
+/// in `/metrics`: the API and the console both decide through here.
+pub async fn decide(state: &AppState, m: &Moderation<'_>) -> Result<ModerationOutcome, StoreError> {
+    let outcome = store_moderate(state.store.as_ref(), m).await?;
+    if let ModerationOutcome::Applied { reversed } = &outcome {
+        for d in reversed {
+            state
+                .metrics
+                .reversals
+                .get_or_create(&crate::metrics::Metrics::plugin(&d.plugin, &d.plugin_version))
+                .inc();
+        }
+    }
+    Ok(outcome)
 }
 
 #[derive(Debug, Deserialize, IntoParams)]

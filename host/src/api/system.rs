@@ -114,6 +114,11 @@ pub async fn plugins(
     State(state): State<AppState>,
     Moderator(_moderator): Moderator,
 ) -> Result<Json<PluginsView>, ApiError> {
+    Ok(Json(plugins_view(&state).await?))
+}
+
+/// What `GET /v1/plugins` answers (the console's plugins page shows the same).
+pub async fn plugins_view(state: &AppState) -> Result<PluginsView, crate::store::StoreError> {
     let loaded = state.registry.plugins();
     let mut figures = Vec::with_capacity(loaded.len());
     for p in loaded.iter() {
@@ -150,7 +155,7 @@ pub async fn plugins(
             at: f.at_ms,
         })
         .collect();
-    Ok(Json(PluginsView { plugins, failures }))
+    Ok(PluginsView { plugins, failures })
 }
 
 /// This document.

@@ -67,6 +67,8 @@ pub struct Config {
     /// What is deleted when (expired idempotency keys, delivered outbox
     /// rows, evaluated events, provider callbacks).
     pub retention: crate::store::RetentionPolicy,
+    /// The moderator console at `/console`.
+    pub console: ConsoleConfig,
 }
 
 /// An external (often AI) classifier answering by signed callback.
@@ -127,6 +129,31 @@ pub struct WebhookConfig {
     pub start: crate::store::FeedStart,
 }
 
+/// The moderator console (`/console`, served by `all` and `api` processes).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConsoleConfig {
+    pub enabled: bool,
+    /// How long a sign-in lasts.
+    pub session_ttl_ms: i64,
+    /// How long a review claim lasts; an open item page renews it every minute.
+    pub claim_ttl_ms: i64,
+    /// Mark cookies `Secure`: `true` or `false`; unset, they are `Secure`
+    /// when the request came through a TLS proxy (`X-Forwarded-Proto: https`).
+    pub secure_cookies: Option<bool>,
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        ConsoleConfig {
+            enabled: true,
+            session_ttl_ms: 12 * 3_600_000,
+            claim_ttl_ms: 10 * 60_000,
+            secure_cookies: None,
+        }
+    }
+}
+
 /// Webhook delivery: at least once, per item in version order, bounded retries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -180,6 +207,7 @@ impl Default for Config {
             public_url: None,
             shutdown_grace_ms: 30_000,
             retention: crate::store::RetentionPolicy::default(),
+            console: ConsoleConfig::default(),
         }
     }
 }
