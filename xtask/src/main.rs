@@ -2,17 +2,23 @@
 //!
 //! - `run`: install what is missing, build the example plugins into
 //!   `plugins/`, show their verdicts on sample cases, then `gavel serve`.
-//! - `test`: install what is missing, then run every test.
+//! - `test`: install what is missing, then run every test (the console's
+//!   browser test included: `tests/console`'s npm packages are installed
+//!   afresh with `npm ci`).
 //! - `bench [--quick]`: build in release mode and run every benchmark of
-//!   docs/BENCHMARKS.md (B1–B8); prints the table and writes `bench-results.json`
+//!   docs/BENCHMARKS.md (B1–B9, B12); prints the table and writes `bench-results.json`
 //!   (`--quick`: small counts, `bench-results-quick.json`; `test` runs it to
 //!   prove the benchmarks still run, asserting no times).
 //! - `build-plugins [DIR]`: build the example plugins and copy them, named
 //!   after the plugin (`link-spam.wasm`, ...), into DIR (default `plugins/`,
 //!   the directory `gavel serve` loads by default).
 //!
-//! Each command installs what a fresh machine lacks (the wasm32-wasip2
-//! target, componentize-py, Node.js and npm) or says exactly what is missing.
+//! Each command installs what a fresh machine lacks or says exactly what is
+//! missing: the wasm32-wasip2 target and componentize-py (every command);
+//! Node.js and npm (all but `bench`); schemathesis and Chromium (`test`);
+//! PostgreSQL, redis-server and wrk (`test`, `bench`). Node.js, PostgreSQL,
+//! redis-server, Chromium and wrk are Debian's packages, installed when
+//! running as root.
 
 include!("guests.rs");
 
@@ -198,6 +204,27 @@ fn ensure_postgres() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Where Debian's `chromium` package puts the browser the console's browser
+/// test drives (tests/tests/suite/console.rs looks for it there).
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// Chromium, from Debian's packages when missing (as root): playwright-core
+/// drives this one and never downloads a browser of its own.
+fn ensure_chromium() -> anyhow::Result<()> {
+    if Path::new(CHROMIUM).is_file() {
+        return Ok(());
+    }
+    let is_root = output(Command::new("id").arg("-u")).is_some_and(|u| u.trim() == "0");
+    anyhow::ensure!(is_root, "{CHROMIUM} is missing: install Debian's `chromium` package");
+    sh(Command::new("apt-get").arg("update").arg("-qq"))?;
+    sh(Command::new("apt-get").args(["install", "-y", "-qq", "chromium"]))?;
+    anyhow::ensure!(
+        Path::new(CHROMIUM).is_file(),
+        "{CHROMIUM} still missing after installing Debian's `chromium` package"
+    );
+    Ok(())
+}
+
 /// redis-server, from Debian's packages when missing (as root).
 fn ensure_redis() -> anyhow::Result<()> {
     if output(Command::new("redis-server").arg("--version")).is_some() {
@@ -220,6 +247,12 @@ fn test(root: &Path) -> anyhow::Result<()> {
     ensure_schemathesis()?;
     ensure_postgres()?;
     ensure_redis()?;
+    ensure_chromium()?;
+    // The console's browser test runs playwright-core from tests/console,
+    // installed exactly as its lock file says.
+    sh(Command::new("npm")
+        .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+        .current_dir(root.join("tests/console")))?;
     // The kill tests run the real binary.
     sh(Command::new(cargo()).args(["build", "-p", "gavel"]))?;
     // Host crates and integration tests (the tests' build script builds every guest).

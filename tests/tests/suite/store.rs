@@ -11,7 +11,7 @@ use gavel_tests::server::Setup;
 use std::time::Duration;
 
 /// A store on a fresh database of `setup` (dropped with the directory).
-async fn open(setup: Setup) -> (SharedStore, tempfile::TempDir) {
+pub(crate) async fn open(setup: Setup) -> (SharedStore, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     (setup.store(dir.path()).await, dir)
 }
@@ -52,7 +52,7 @@ fn write(item: NewItem) -> ItemWrite {
     }
 }
 
-async fn create(store: &SharedStore, id: &str) -> Item {
+pub(crate) async fn create(store: &SharedStore, id: &str) -> Item {
     created(store.create_items(&[write(new_item(id))]).await.unwrap().remove(0))
 }
 
@@ -78,11 +78,11 @@ fn event(id: &str, kind: EventKind, actor: &str) -> EventWrite {
     }
 }
 
-async fn append(store: &SharedStore, id: &str, kind: EventKind, actor: &str) -> EventOutcome {
+pub(crate) async fn append(store: &SharedStore, id: &str, kind: EventKind, actor: &str) -> EventOutcome {
     store.append_events(&[event(id, kind, actor)]).await.unwrap().remove(0)
 }
 
-async fn snapshot(store: &SharedStore, id: &str) -> SnapshotData {
+pub(crate) async fn snapshot(store: &SharedStore, id: &str) -> SnapshotData {
     let windows = SnapshotWindows {
         author_since: 0,
         duplicate_since: 0,
@@ -90,7 +90,7 @@ async fn snapshot(store: &SharedStore, id: &str) -> SnapshotData {
     store.snapshots(&[id], windows).await.unwrap().pop().unwrap()
 }
 
-fn request(id: &str, version: i64, from: ItemStatus, to: ItemStatus, actor: Actor) -> TransitionRequest {
+pub(crate) fn request(id: &str, version: i64, from: ItemStatus, to: ItemStatus, actor: Actor) -> TransitionRequest {
     TransitionRequest {
         item_id: id.into(),
         expected_version: version,
@@ -107,7 +107,7 @@ fn request(id: &str, version: i64, from: ItemStatus, to: ItemStatus, actor: Acto
     }
 }
 
-fn decision(plugin: &str) -> NewDecision {
+pub(crate) fn decision(plugin: &str) -> NewDecision {
     NewDecision {
         plugin: plugin.into(),
         plugin_version: "1.0.0".into(),
@@ -128,7 +128,7 @@ fn decision(plugin: &str) -> NewDecision {
 }
 
 /// An evaluation commit of `data`'s snapshot, to `to`.
-fn commit_of(data: &SnapshotData, to: Option<ItemStatus>) -> EvaluationCommit {
+pub(crate) fn commit_of(data: &SnapshotData, to: Option<ItemStatus>) -> EvaluationCommit {
     EvaluationCommit {
         item_id: data.item.id.clone(),
         snapshot_version: data.item.version,
@@ -144,7 +144,7 @@ fn commit_of(data: &SnapshotData, to: Option<ItemStatus>) -> EvaluationCommit {
     }
 }
 
-async fn commit(store: &SharedStore, c: EvaluationCommit) -> CommitOutcome {
+pub(crate) async fn commit(store: &SharedStore, c: EvaluationCommit) -> CommitOutcome {
     store.commit_evaluations(&[c]).await.unwrap().remove(0)
 }
 

@@ -1,0 +1,175 @@
+//! The moderator console (/console) in a real browser, on both setups:
+//! `tests/console/e2e.mjs` drives Debian's Chromium through playwright-core
+//! as two moderators (sign-in, CSRF, concurrent claims, an item carrying
+//! markup, a decision by keyboard, a stale page, submit & next, skip, the
+//! plugins, operations and search pages, sign-out). This test fills the
+//! review queue, runs it, and checks through the JSON API that what the
+//! browser did is what the store holds. Screenshots are kept in
+//! `target/console-screenshots/<setup>/`.
+
+use gavel::config::{Role, TokenConfig};
+use gavel_tests::server::{Setup, TestServer};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Debian's package; the test never downloads a browser.
+const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// Four links: the link-spam example rule holds the item for review.
+const LINKS: &str = "see http://a.example http://b.example http://c.example http://d.example";
+
+/// What the console must show as text and never run.
+const XSS: &str = "<img src=x onerror=alert(1)> <script>alert(2)</script>";
+
+/// The Node project of the browser test.
+fn project() -> PathBuf {
+    gavel_tests::repo_root().join("tests/console")
+}
+
+/// `npm ci` in `tests/console`, once per test binary, unless its
+/// node_modules is at least as new as the lock file (npm ci writes
+/// `node_modules/.package-lock.json` last, so its age is the install's).
+fn npm_ci() -> &'static Result<(), String> {
+    static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        let dir = project();
+        let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        let installed = modified(&dir.join("node_modules/.package-lock.json"));
+        if matches!((installed, modified(&dir.join("package-lock.json"))), (Some(i), Some(l)) if i >= l) {
+            return Ok(());
+        }
+        let out = std::process::Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+            .current_dir(&dir)
+            .output()
+            .map_err(|e| format!("running npm (Node.js 20 or later with npm; `cargo xtask test` installs it): {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "npm ci in {} failed ({}):\n{}",
+                dir.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(())
+    })
+}
+
+/// Submits `text` by `author` and waits until the rules have held it.
+async fn held(s: &TestServer, author: &str, text: &str) -> String {
+    let id = s.submit(author, text).await;
+    let item = s.settled(&id).await;
+    assert_eq!(item["status"], "held_for_review", "{item:#}");
+    id
+}
+
+/// The item's transitions made by moderators.
+fn moderator_transitions(item: &Value) -> Vec<&Value> {
+    item["transitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["actor"] == "moderator")
+        .collect()
+}
+
+/// Runs `e2e.mjs` against `s` and returns the JSON line it ends with.
+async fn run_browser(s: &TestServer, mod2: &str, xss: &str) -> Value {
+    let setup = s.setup;
+    let shots = gavel_tests::repo_root()
+        .join("target/console-screenshots")
+        .join(format!("{setup:?}").to_lowercase());
+    // Screenshots of an earlier run must not pass for this one's.
+    let _ = std::fs::remove_dir_all(&shots);
+    let mut node = tokio::process::Command::new("node");
+    node.arg(project().join("e2e.mjs"))
+        .env("GAVEL_URL", &s.url)
+        .env("MOD_TOKEN", &s.moderator)
+        .env("MOD2_TOKEN", mod2)
+        .env("CLIENT_TOKEN", &s.client)
+        .env("XSS_ITEM", xss)
+        .env("SHOTS", &shots)
+        .env("CHROMIUM", CHROMIUM)
+        // On the timeout node is killed (and the browser with it), not left behind.
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(300), node.output())
+        .await
+        .expect("the browser test finishes within 5 minutes")
+        .expect("node runs (`cargo xtask test` installs Node.js)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the browser test failed on {setup:?} ({}); screenshots in {}\n{}{stdout}",
+        out.status,
+        shots.display(),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    let line = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("the last line is not JSON ({e}): {stdout}"))
+}
+
+async fn moderators_work_the_queue_in_a_browser(setup: Setup) {
+    assert!(
+        Path::new(CHROMIUM).is_file(),
+        "{CHROMIUM} is missing: install Debian's `chromium` package, or run `cargo xtask test`, which installs it"
+    );
+    if let Err(e) = npm_ci() {
+        panic!("{e}");
+    }
+    let s = TestServer::start_with(setup, |c| {
+        c.tokens.push(TokenConfig {
+            name: "mod2".into(),
+            token: gavel::config::new_token(),
+            role: Role::Moderator,
+        });
+    })
+    .await;
+    let mod2 = &s.config.tokens.iter().find(|t| t.name == "mod2").unwrap().token;
+    // Claims take the oldest held item first, and each item is held before
+    // the next is submitted: the XSS item, held last, is never claimed
+    // (which would decide it), only opened.
+    for n in 0..7 {
+        held(&s, &format!("reviewer-{n}"), &format!("{LINKS} number {n}")).await;
+    }
+    let xss = held(&s, "reviewer-xss", &format!("{LINKS} {XSS}")).await;
+
+    let report = run_browser(&s, mod2, &xss).await;
+    let id = |v: &Value| v.as_str().unwrap_or_else(|| panic!("{report}")).to_string();
+    let (keyboard, stale) = (id(&report["keyboard_decided"]), id(&report["stale_item"]));
+    let claimed = [id(&report["claimed"][0]), id(&report["claimed"][1])];
+    assert_ne!(claimed[0], claimed[1], "two moderators were given one item");
+    assert_eq!(claimed, [keyboard.clone(), stale.clone()], "{report}");
+    assert!(report["skipped"].is_string(), "{report}");
+
+    // The decision by keyboard: mod made the item visible, which overturned link-spam's hold.
+    let item = s.get_json(&format!("/v1/items/{keyboard}"), &s.moderator).await;
+    let last = item["transitions"].as_array().unwrap().last().unwrap();
+    assert_eq!(last["to_status"], "visible", "{item:#}");
+    assert_eq!(last["actor"], "moderator");
+    assert_eq!(last["actor_name"], "mod");
+    let hold = item["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["plugin"] == "link-spam" && d["verdict"] == "hold")
+        .unwrap_or_else(|| panic!("no hold by link-spam: {item:#}"));
+    assert!(!hold["reversed_at"].is_null(), "the reversal is not counted: {item:#}");
+
+    // The stale page: mod's rejection is the one moderator transition; mod2's submit wrote nothing.
+    let item = s.get_json(&format!("/v1/items/{stale}"), &s.moderator).await;
+    let by_moderators = moderator_transitions(&item);
+    assert_eq!(by_moderators.len(), 1, "{item:#}");
+    assert_eq!(by_moderators[0]["to_status"], "rejected");
+    assert_eq!(by_moderators[0]["actor_name"], "mod");
+    assert_eq!(item["transitions"].as_array().unwrap().last(), Some(by_moderators[0]));
+
+    // Shown, refused without CSRF, searched: never decided.
+    let item = s.get_json(&format!("/v1/items/{xss}"), &s.moderator).await;
+    assert_eq!(item["status"], "held_for_review", "{item:#}");
+    assert!(moderator_transitions(&item).is_empty(), "{item:#}");
+    s.stop().await.unwrap();
+}
+
+gavel_tests::both!(moderators_work_the_queue_in_a_browser);
