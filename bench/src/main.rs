@@ -1,9 +1,10 @@
-//! `gavel-bench`: runs B3–B8 (docs/BENCHMARKS.md), reads B1/B2 from criterion's
-//! results, prints one table and writes `bench-results.json`. Run it with
-//! `cargo xtask bench` (which builds everything in release mode and runs
-//! the criterion benchmarks first).
+//! `gavel-bench`: runs B3–B9 and B12 (docs/BENCHMARKS.md), reads B1/B2 from
+//! criterion's results, prints one table and writes `bench-results.json`. Run
+//! it with `cargo xtask bench` (which builds everything in release mode and
+//! runs the criterion benchmarks first).
 
 mod baseline;
+mod console;
 mod micro;
 mod report;
 mod system;
@@ -98,6 +99,10 @@ fn main() -> anyhow::Result<()> {
             if wants("B8") {
                 eprintln!("B8: memory…");
                 figures.extend(system::b8(&gavel).await?);
+            }
+            if wants("B12") {
+                eprintln!("B12: console pages over {} stored items…", sizes.console_items);
+                figures.extend(console::b12(&gavel, sizes).await?);
             }
             report::print_table(&machine, &figures);
             let json = serde_json::to_string_pretty(&report::Results {

@@ -5,7 +5,7 @@ use serde::Serialize;
 /// One measured figure, next to what it is compared with in the same run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Figure {
-    /// `B1` .. `B8`.
+    /// `B1` .. `B12`.
     pub id: &'static str,
     pub name: String,
     pub value: f64,

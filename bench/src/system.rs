@@ -22,6 +22,10 @@ pub struct Sizes {
     pub upserts: usize,
     /// Hot reloads measured (B7).
     pub reloads: usize,
+    /// Items stored before the console pages are timed (B12).
+    pub console_items: usize,
+    /// Sequential GETs timed per console page (B12).
+    pub console_gets: usize,
 }
 
 impl Sizes {
@@ -34,6 +38,8 @@ impl Sizes {
                 items: 300,
                 upserts: 5_000,
                 reloads: 2,
+                console_items: 2_000,
+                console_gets: 20,
             }
         } else {
             Sizes {
@@ -43,13 +49,15 @@ impl Sizes {
                 items: 5_000,
                 upserts: 200_000,
                 reloads: 5,
+                console_items: 100_000,
+                console_gets: 200,
             }
         }
     }
 }
 
 const CLIENT_TOKEN: &str = "bench-client-token-0123456789abcdef";
-const MODERATOR_TOKEN: &str = "bench-moderator-token-0123456789abcdef";
+pub(crate) const MODERATOR_TOKEN: &str = "bench-moderator-token-0123456789abcdef";
 
 /// A `gavel serve` process on a free port, killed when dropped.
 pub struct Gavel {
@@ -179,7 +187,7 @@ impl Drop for Gavel {
     }
 }
 
-fn rust_plugins() -> Vec<(&'static str, &'static str)> {
+pub(crate) fn rust_plugins() -> Vec<(&'static str, &'static str)> {
     use gavel_tests::guests;
     vec![
         ("link-spam", guests::LINK_SPAM),
@@ -342,7 +350,7 @@ pub async fn b3(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
 }
 
 /// Committed evaluations so far, from `/metrics`.
-async fn committed(http: &reqwest::Client, url: &str) -> anyhow::Result<u64> {
+pub(crate) async fn committed(http: &reqwest::Client, url: &str) -> anyhow::Result<u64> {
     let text = http.get(format!("{url}/metrics")).send().await?.text().await?;
     Ok(text
         .lines()
@@ -561,15 +569,19 @@ pub async fn b4(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
     ])
 }
 
-/// Creates `n` items through the batch API; their ids.
-async fn seed_items(http: &reqwest::Client, url: &str, n: usize) -> anyhow::Result<Vec<String>> {
+/// Creates `n` items through the batch API, 1,000 per request; their ids.
+/// `item(tag, i)` is the `i`th submission, `tag` a fresh id of this call
+/// that keeps its texts apart from any earlier call's.
+pub(crate) async fn seed_items(
+    http: &reqwest::Client,
+    url: &str,
+    n: usize,
+    item: impl Fn(&str, usize) -> Value,
+) -> anyhow::Result<Vec<String>> {
     let tag = uuid::Uuid::new_v4().simple().to_string();
     let mut ids = Vec::with_capacity(n);
     for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
-        let items: Vec<Value> = chunk
-            .iter()
-            .map(|i| json!({"kind": "post", "author": format!("s{tag}-{i}"), "text": format!("voted on {tag} {i}")}))
-            .collect();
+        let items: Vec<Value> = chunk.iter().map(|i| item(&tag, *i)).collect();
         let body: Value = http
             .post(format!("{url}/v1/items/batch"))
             .bearer_auth(CLIENT_TOKEN)
@@ -645,7 +657,14 @@ pub async fn b9(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
     let http = reqwest::Client::new();
     let n = sizes.items * 4;
     let measure = async |g: &Gavel| -> anyhow::Result<(Spread, Spread)> {
-        let items = seed_items(&http, &g.url, 1_000).await?;
+        let items = seed_items(&http, &g.url, 1_000, |tag, i| {
+            json!({
+                "kind": "post",
+                "author": format!("s{tag}-{i}"),
+                "text": format!("voted on {tag} {i}")
+            })
+        })
+        .await?;
         let (mut single, mut batched) = (Vec::new(), Vec::new());
         for _ in 0..sizes.runs {
             single.push(events_accepted(&g.url, &items, n, 1).await?);
