@@ -19,6 +19,10 @@ pub(super) trait Dialect: Send + Sync + 'static {
     /// The database's own clock, in milliseconds since the epoch: leases
     /// that several API nodes compare are taken from one clock.
     const NOW_MS: &'static str;
+    /// The function giving the 1-based position of a substring, 0 when
+    /// absent (`instr` on SQLite, `strpos` on PostgreSQL): a case-sensitive
+    /// search on both, unlike `LIKE`.
+    const POSITION: &'static str;
     /// Whether statements built by [`Statements`] go out with anonymous
     /// `?` parameters instead of `$N`. SQLite looks a numbered parameter
     /// up in a list (binding one costs O(parameters)), so binding a

@@ -22,9 +22,12 @@ pub struct PluginFigures {
     pub outcomes: std::collections::BTreeMap<String, i64>,
     /// Decisions by verdict (`allow`, `hold`, ...), of evaluations that decided.
     pub verdicts: std::collections::BTreeMap<String, i64>,
-    /// Decisions of this version a moderator overturned.
+    /// Its actions (applied `flag`, `hold` and `reject` decisions) of the
+    /// last 30 days, whatever the window above.
+    pub actions: i64,
+    /// Of those actions, how many a moderator has overturned.
     pub reversals: i64,
-    /// `reversals / ok evaluations`, when there were any.
+    /// `reversals / actions`, when there were any.
     pub reversal_rate: Option<f64>,
     /// Evaluation duration percentiles.
     pub p50_us: Option<i64>,
@@ -67,20 +70,22 @@ pub struct ReversalPoint {
 }
 
 impl PluginFigures {
-    /// The figures of `(outcome, verdict, count, reversed)` groups, without
-    /// the percentiles.
-    pub fn of_groups(groups: Vec<(String, Option<String>, i64, i64)>) -> PluginFigures {
-        let mut f = PluginFigures::default();
-        for (outcome, verdict, count, reversed) in groups {
+    /// The figures of `(outcome, verdict, count)` groups, and `(actions,
+    /// reversals)`, without the percentiles.
+    pub fn of(groups: Vec<(String, Option<String>, i64)>, (actions, reversals): (i64, i64)) -> PluginFigures {
+        let mut f = PluginFigures {
+            actions,
+            reversals,
+            reversal_rate: (actions > 0).then(|| reversals as f64 / actions as f64),
+            ..PluginFigures::default()
+        };
+        for (outcome, verdict, count) in groups {
             f.evaluations += count;
-            f.reversals += reversed;
             *f.outcomes.entry(outcome).or_default() += count;
             if let Some(v) = verdict {
                 *f.verdicts.entry(v).or_default() += count;
             }
         }
-        let ok = f.outcomes.get("ok").copied().unwrap_or(0);
-        f.reversal_rate = (ok > 0).then(|| f.reversals as f64 / ok as f64);
         f
     }
 }
@@ -179,18 +184,28 @@ macro_rules! impl_plugin_history {
                 async fn plugin_figures(&self, digest: &str) -> StoreResult<PluginFigures> {
                     // Aggregated in the database over the window, from the
                     // covering index: a few rows cross to the host, not 10,000.
-                    const WINDOW: &str = "(SELECT outcome, verdict, duration_us, reversed_at FROM decisions \
+                    const WINDOW: &str = "(SELECT outcome, verdict, duration_us FROM decisions \
                                           WHERE plugin_digest = $1 ORDER BY id DESC LIMIT $2) latest";
-                    let groups = sqlx::query_as::<_, (String, Option<String>, i64, i64)>(&format!(
-                        "SELECT outcome, verdict, COUNT(*), \
-                         COALESCE(SUM(CASE WHEN reversed_at IS NOT NULL THEN 1 ELSE 0 END), 0) \
-                         FROM {WINDOW} GROUP BY outcome, verdict"
+                    let groups = sqlx::query_as::<_, (String, Option<String>, i64)>(&format!(
+                        "SELECT outcome, verdict, COUNT(*) FROM {WINDOW} GROUP BY outcome, verdict"
                     ))
                     .bind(digest)
                     .bind(FIGURES_WINDOW)
                     .fetch_all(self.read_pool())
                     .await?;
-                    let mut f = PluginFigures::of_groups(groups);
+                    // Reversals come hours after the decision: counted over a
+                    // month of actions, from the partial index of actions.
+                    let actions = sqlx::query_as::<_, (i64, i64)>(&format!(
+                        "SELECT COUNT(*), COALESCE(SUM(CASE WHEN reversed_at IS NOT NULL THEN 1 ELSE 0 END), 0) \
+                         FROM decisions WHERE plugin_digest = $1 AND created_at >= {} - $2 AND applied \
+                         AND verdict IN ('flag', 'hold', 'reject')",
+                        <$store as Dialect>::NOW_MS
+                    ))
+                    .bind(digest)
+                    .bind(30 * DAY_MS)
+                    .fetch_one(self.read_pool())
+                    .await?;
+                    let mut f = PluginFigures::of(groups, actions);
                     if f.evaluations > 0 {
                         let percentile = format!("SELECT duration_us FROM {WINDOW} ORDER BY duration_us LIMIT 1 OFFSET $3");
                         for (p, slot) in [(50, &mut f.p50_us), (99, &mut f.p99_us)] {

@@ -1,6 +1,7 @@
 //! What gavel deletes, and when: expired idempotency keys, delivered
 //! webhook deliveries and the outbox rows behind them, events already
-//! evaluated, provider callbacks, after their configured retention. Each
+//! evaluated, provider callbacks, after their configured retention; and the
+//! console's expired sessions and claims, and skips of decided items. Each
 //! run deletes in bounded chunks, so a transaction (on SQLite, the write
 //! lock) stays short; the background task runs until a table is caught up.
 
@@ -49,17 +50,26 @@ pub struct Pruned {
     pub outbox: u64,
     pub events: u64,
     pub provider_callbacks: u64,
+    /// Console sign-ins past their expiry.
+    pub console_sessions: u64,
+    /// Review claims past their expiry.
+    pub review_claims: u64,
+    /// Skips of items no longer held for review.
+    pub review_skips: u64,
 }
 
 impl Pruned {
     /// (table, rows) pairs, for metrics and logs.
-    pub fn tables(&self) -> [(&'static str, u64); 5] {
+    pub fn tables(&self) -> [(&'static str, u64); 8] {
         [
             ("idempotency_keys", self.idempotency_keys),
             ("deliveries", self.deliveries),
             ("outbox", self.outbox),
             ("events", self.events),
             ("provider_callbacks", self.provider_callbacks),
+            ("console_sessions", self.console_sessions),
+            ("review_claims", self.review_claims),
+            ("review_skips", self.review_skips),
         ]
     }
 
@@ -157,6 +167,32 @@ macro_rules! impl_retention {
                         )
                         .await?;
                     }
+                    // The console's own state, kept only while it means something.
+                    out.console_sessions = delete(
+                        self,
+                        "DELETE FROM console_sessions WHERE id_hash IN (SELECT id_hash FROM console_sessions \
+                         WHERE expires_at < $1 LIMIT $2)",
+                        Some(now),
+                        p.chunk,
+                    )
+                    .await?;
+                    out.review_claims = delete(
+                        self,
+                        "DELETE FROM review_claims WHERE item_id IN (SELECT item_id FROM review_claims \
+                         WHERE expires_at < $1 LIMIT $2)",
+                        Some(now),
+                        p.chunk,
+                    )
+                    .await?;
+                    out.review_skips = delete(
+                        self,
+                        "DELETE FROM review_skips WHERE (item_id, moderator) IN (SELECT s.item_id, s.moderator \
+                         FROM review_skips s JOIN items i ON i.id = s.item_id \
+                         WHERE i.status <> 'held_for_review' LIMIT $1)",
+                        None,
+                        p.chunk,
+                    )
+                    .await?;
                     Ok(out)
                 }
             }

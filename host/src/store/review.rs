@@ -14,7 +14,6 @@ pub struct ConsoleSession {
     pub moderator: String,
     /// The token every state-changing request of the session must carry.
     pub csrf: String,
-    pub expires_at: Millis,
 }
 
 /// Who is reviewing an item, until when.
@@ -69,16 +68,22 @@ pub struct QueueOverview {
     pub decided_day: i64,
 }
 
-/// An author's record, for the item page.
+/// An author's record, for the item page: the figures cover the author's
+/// latest [`AUTHOR_WINDOW`] items, so a prolific spammer's page costs the
+/// same as anyone's.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AuthorSummary {
     /// The latest items, newest first.
     pub recent: Vec<Item>,
+    /// Items in the window (at most [`AUTHOR_WINDOW`]).
     pub items: i64,
     pub rejected: i64,
-    /// Decisions on the author's items that a moderator overturned.
+    /// Decisions on those items that a moderator overturned.
     pub reversals: i64,
 }
+
+/// Items of one author the item page's figures cover: the latest.
+pub const AUTHOR_WINDOW: i64 = 1_000;
 
 /// Most rows the queue page, search and an author's list read at once.
 pub const PAGE_ROWS: i64 = 50;
@@ -86,7 +91,7 @@ pub const PAGE_ROWS: i64 = 50;
 /// The console's sessions, claims and reads.
 #[async_trait::async_trait]
 pub trait Review: Send + Sync {
-    /// Stores a session for `ttl_ms` and deletes expired ones.
+    /// Stores a session for `ttl_ms` (expired ones go with retention).
     async fn create_session(&self, id_hash: &str, moderator: &str, csrf: &str, ttl_ms: i64) -> StoreResult<()>;
 
     /// The unexpired session known by `id_hash`.
@@ -95,11 +100,20 @@ pub trait Review: Send + Sync {
     async fn end_session(&self, id_hash: &str) -> StoreResult<()>;
 
     /// Claims the next held item matching `filter` for `moderator` for
-    /// `ttl_ms`: the moderator's own live claim first, else the oldest held
-    /// item nobody else has a live claim on and the moderator has not
-    /// skipped. One conditional write decides, so two moderators never hold
-    /// one item.
-    async fn claim_next(&self, moderator: &str, filter: &QueueFilter, ttl_ms: i64) -> StoreResult<Option<String>>;
+    /// `ttl_ms`: the moderator's own live claim on a matching item first,
+    /// else the first held item nobody else has a live claim on and the
+    /// moderator has not skipped. One conditional write decides, so two
+    /// moderators never hold one item.
+    /// In `sort` order. Fails with [`super::StoreError::Conflict`] only if
+    /// claimable items remain but every attempt lost its pick to a
+    /// concurrent claim.
+    async fn claim_next(
+        &self,
+        moderator: &str,
+        filter: &QueueFilter,
+        sort: QueueSort,
+        ttl_ms: i64,
+    ) -> StoreResult<Option<String>>;
 
     /// Extends `moderator`'s live claim on `item`; `false` if it is not theirs
     /// (expired and taken, or never claimed).
@@ -126,16 +140,16 @@ pub trait Review: Send + Sync {
     async fn author_summary(&self, client: &str, author: &str) -> StoreResult<AuthorSummary>;
 }
 
-/// A `LIKE` pattern matching `label` inside a decision's JSON label list.
-pub(crate) fn label_pattern(label: &str) -> String {
-    let quoted = serde_json::to_string(label).expect("a string serializes");
-    let escaped = quoted.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_");
-    format!("%{escaped}%")
+/// What a label looks like inside a decision's JSON label list: the
+/// quoted JSON string, so `spam` never matches `spammy`.
+pub(crate) fn label_needle(label: &str) -> String {
+    serde_json::to_string(label).expect("a string serializes")
 }
 
 /// The `AND ...` conditions of `filter` on `items i`, numbering parameters
-/// from `$first`, and the values to bind in order.
-pub(crate) fn filter_sql(filter: &QueueFilter, first: usize) -> (String, Vec<String>) {
+/// from `$first`, and the values to bind in order; `position` is the
+/// dialect's substring function.
+pub(crate) fn filter_sql(filter: &QueueFilter, first: usize, position: &str) -> (String, Vec<String>) {
     let mut sql = String::new();
     let mut binds = Vec::new();
     let mut next = |sql: &mut String, clause: &str, value: String| {
@@ -160,9 +174,11 @@ pub(crate) fn filter_sql(filter: &QueueFilter, first: usize) -> (String, Vec<Str
     if let Some(label) = &filter.label {
         next(
             &mut sql,
-            " AND EXISTS (SELECT 1 FROM decisions d WHERE d.item_id = i.id AND d.mode = 'enforce' \
-             AND d.labels LIKE $? ESCAPE '\\')",
-            label_pattern(label),
+            &format!(
+                " AND EXISTS (SELECT 1 FROM decisions d WHERE d.item_id = i.id AND d.mode = 'enforce' \
+                 AND {position}(d.labels, $?) > 0)"
+            ),
+            label_needle(label),
         );
     }
     (sql, binds)
@@ -199,37 +215,83 @@ macro_rules! impl_review {
                 )
             });
 
-            /// The moderator's own live claim on a still-held item.
-            async fn own_claim(store: &$store, moderator: &str) -> StoreResult<Option<String>> {
-                let sql = format!(
-                    "SELECT c.item_id FROM review_claims c JOIN items i ON i.id = c.item_id \
-                     WHERE c.moderator = $1 AND c.expires_at > {NOW} AND i.status = 'held_for_review' \
-                     ORDER BY c.claimed_at LIMIT 1"
-                );
-                Ok(sqlx::query_scalar(&sql).bind(moderator).fetch_optional(store.read_pool()).await?)
+            const POSITION: &str = <$store as Dialect>::POSITION;
+
+            /// Flag and report events on `items i`.
+            const FLAGS: &str = "(SELECT COALESCE(SUM(c.value), 0) FROM counters c WHERE c.item_id = i.id \
+                                 AND c.name IN ('flag', 'report'))";
+
+            fn order_by(sort: QueueSort) -> String {
+                match sort {
+                    QueueSort::Oldest => "i.updated_at, i.id".to_string(),
+                    QueueSort::Flags => format!("{FLAGS} DESC, i.updated_at, i.id"),
+                }
             }
 
-            /// One attempt at claiming the oldest free item: `None` when
-            /// there is none, or when another moderator's concurrent claim won
-            /// the row this attempt picked (the caller tries again).
+            /// The condition on `items i` of an item moderator `$1` may
+            /// claim: held, matching `filter` (parameters from `$first`), no
+            /// one else's live claim, not skipped by `$1`.
+            fn claimable(filter: &QueueFilter, first: usize) -> (String, Vec<String>) {
+                let (conditions, binds) = filter_sql(filter, first, POSITION);
+                let sql = format!(
+                    "i.status = 'held_for_review'{conditions} \
+                     AND NOT EXISTS (SELECT 1 FROM review_claims c WHERE c.item_id = i.id AND c.expires_at > {NOW} \
+                     AND c.moderator <> $1) \
+                     AND NOT EXISTS (SELECT 1 FROM review_skips s WHERE s.item_id = i.id AND s.moderator = $1)"
+                );
+                (sql, binds)
+            }
+
+            /// The moderator's own live claim on a still-held item matching `filter`.
+            async fn own_claim(store: &$store, moderator: &str, filter: &QueueFilter) -> StoreResult<Option<String>> {
+                let (conditions, binds) = filter_sql(filter, 2, POSITION);
+                let sql = format!(
+                    "SELECT c.item_id FROM review_claims c JOIN items i ON i.id = c.item_id \
+                     WHERE c.moderator = $1 AND c.expires_at > {NOW} AND i.status = 'held_for_review'{conditions} \
+                     ORDER BY c.claimed_at LIMIT 1"
+                );
+                let mut q = sqlx::query_scalar(&sql).bind(moderator);
+                for b in &binds {
+                    q = q.bind(b.as_str());
+                }
+                Ok(q.fetch_optional(store.read_pool()).await?)
+            }
+
+            /// Whether any item is claimable by `moderator` under `filter`.
+            async fn any_claimable(store: &$store, moderator: &str, filter: &QueueFilter) -> StoreResult<bool> {
+                let (condition, binds) = claimable(filter, 2);
+                let sql = format!("SELECT i.id FROM items i WHERE {condition} LIMIT 1");
+                let mut q = sqlx::query_scalar::<_, String>(&sql).bind(moderator);
+                for b in &binds {
+                    q = q.bind(b.as_str());
+                }
+                Ok(q.fetch_optional(store.read_pool()).await?.is_some())
+            }
+
+            /// One attempt at claiming the first free item: `None` when there
+            /// is none, or when a concurrent claim won the row this attempt
+            /// picked. On PostgreSQL the pick skips rows another claim has
+            /// locked, so concurrent claimers spread over the queue instead of
+            /// queueing behind one row.
             async fn claim_once(
                 store: &$store,
                 moderator: &str,
                 filter: &QueueFilter,
+                sort: QueueSort,
                 ttl_ms: i64,
             ) -> StoreResult<Option<String>> {
-                let (conditions, binds) = filter_sql(filter, 3);
+                let (condition, binds) = claimable(filter, 3);
                 let sql = format!(
                     "INSERT INTO review_claims (item_id, moderator, claimed_at, expires_at) \
-                     SELECT i.id, $1, {NOW}, {NOW} + $2 FROM items i WHERE i.status = 'held_for_review'{conditions} \
-                     AND NOT EXISTS (SELECT 1 FROM review_claims c WHERE c.item_id = i.id AND c.expires_at > {NOW}) \
-                     AND NOT EXISTS (SELECT 1 FROM review_skips s WHERE s.item_id = i.id AND s.moderator = $1) \
-                     ORDER BY i.updated_at, i.id LIMIT 1 \
+                     SELECT i.id, $1, {NOW}, {NOW} + $2 FROM items i WHERE {condition} \
+                     ORDER BY {order} LIMIT 1{skip_locked} \
                      ON CONFLICT (item_id) DO UPDATE SET moderator = excluded.moderator, \
                      claimed_at = excluded.claimed_at, expires_at = excluded.expires_at \
                      WHERE review_claims.expires_at <= excluded.claimed_at \
                      OR review_claims.moderator = excluded.moderator \
-                     RETURNING item_id"
+                     RETURNING item_id",
+                    order = order_by(sort),
+                    skip_locked = <$store as Dialect>::SKIP_LOCKED,
                 );
                 retry_conflicts!(async {
                     let mut tx = store.begin_write().await?;
@@ -265,13 +327,8 @@ macro_rules! impl_review {
                         "INSERT INTO console_sessions (id_hash, moderator, csrf, created_at, expires_at) \
                          VALUES ($1, $2, $3, {NOW}, {NOW} + $4)"
                     );
-                    let expired = format!(
-                        "DELETE FROM console_sessions WHERE id_hash IN (SELECT id_hash FROM console_sessions \
-                         WHERE expires_at <= {NOW} LIMIT 100)"
-                    );
                     retry_conflicts!(async {
                         let mut tx = self.begin_write().await?;
-                        sqlx::query(&expired).execute(&mut *tx).await?;
                         sqlx::query(&insert)
                             .bind(id_hash)
                             .bind(moderator)
@@ -285,19 +342,13 @@ macro_rules! impl_review {
                 }
 
                 async fn session(&self, id_hash: &str) -> StoreResult<Option<ConsoleSession>> {
-                    let sql = format!(
-                        "SELECT moderator, csrf, expires_at FROM console_sessions \
-                         WHERE id_hash = $1 AND expires_at > {NOW}"
-                    );
-                    let row = sqlx::query_as::<_, (String, String, i64)>(&sql)
+                    let sql =
+                        format!("SELECT moderator, csrf FROM console_sessions WHERE id_hash = $1 AND expires_at > {NOW}");
+                    let row = sqlx::query_as::<_, (String, String)>(&sql)
                         .bind(id_hash)
                         .fetch_optional(self.read_pool())
                         .await?;
-                    Ok(row.map(|(moderator, csrf, expires_at)| ConsoleSession {
-                        moderator,
-                        csrf,
-                        expires_at,
-                    }))
+                    Ok(row.map(|(moderator, csrf)| ConsoleSession { moderator, csrf }))
                 }
 
                 async fn end_session(&self, id_hash: &str) -> StoreResult<()> {
@@ -316,35 +367,25 @@ macro_rules! impl_review {
                     &self,
                     moderator: &str,
                     filter: &QueueFilter,
+                    sort: QueueSort,
                     ttl_ms: i64,
                 ) -> StoreResult<Option<String>> {
-                    if let Some(own) = own_claim(self, moderator).await?
+                    if let Some(own) = own_claim(self, moderator, filter).await?
                         && self.renew_claim(&own, moderator, ttl_ms).await?
                     {
                         return Ok(Some(own));
                     }
-                    // A concurrent claim can win the row an attempt picked
-                    // (PostgreSQL); the next attempt sees it and moves on.
-                    for _ in 0..8 {
-                        if let Some(item) = claim_once(self, moderator, filter, ttl_ms).await? {
+                    for _ in 0..16 {
+                        if let Some(item) = claim_once(self, moderator, filter, sort, ttl_ms).await? {
                             return Ok(Some(item));
                         }
-                        let (conditions, binds) = filter_sql(filter, 2);
-                        let sql = format!(
-                            "SELECT COUNT(*) FROM items i WHERE i.status = 'held_for_review'{conditions} \
-                             AND NOT EXISTS (SELECT 1 FROM review_claims c WHERE c.item_id = i.id \
-                             AND c.expires_at > {NOW}) AND NOT EXISTS (SELECT 1 FROM review_skips s \
-                             WHERE s.item_id = i.id AND s.moderator = $1)"
-                        );
-                        let mut q = sqlx::query_scalar::<_, i64>(&sql).bind(moderator);
-                        for b in &binds {
-                            q = q.bind(b.as_str());
-                        }
-                        if q.fetch_one(self.read_pool()).await? == 0 {
+                        if !any_claimable(self, moderator, filter).await? {
                             return Ok(None);
                         }
                     }
-                    Ok(None)
+                    Err(StoreError::Conflict(
+                        "every claim attempt lost its item to a concurrent claim".into(),
+                    ))
                 }
 
                 async fn renew_claim(&self, item: &str, moderator: &str, ttl_ms: i64) -> StoreResult<bool> {
@@ -433,15 +474,9 @@ macro_rules! impl_review {
                     sort: QueueSort,
                     page: i64,
                 ) -> StoreResult<Vec<QueueRow>> {
-                    let (conditions, binds) = filter_sql(filter, 3);
-                    let flags = "(SELECT COALESCE(SUM(c.value), 0) FROM counters c WHERE c.item_id = i.id \
-                                 AND c.name IN ('flag', 'report'))";
-                    let order = match sort {
-                        QueueSort::Oldest => "i.updated_at, i.id".to_string(),
-                        QueueSort::Flags => format!("{flags} DESC, i.updated_at, i.id"),
-                    };
+                    let (conditions, binds) = filter_sql(filter, 3, POSITION);
                     let sql = format!(
-                        "SELECT {items}, CAST({flags} AS BIGINT) AS flags, \
+                        "SELECT {items}, CAST({FLAGS} AS BIGINT) AS flags, \
                          (SELECT d.plugin || ': ' || d.reason FROM decisions d WHERE d.item_id = i.id AND d.applied \
                          AND d.verdict = 'hold' ORDER BY d.id DESC LIMIT 1) AS held_by, \
                          (SELECT c.moderator FROM review_claims c WHERE c.item_id = i.id \
@@ -449,6 +484,7 @@ macro_rules! impl_review {
                          FROM items i WHERE i.status = 'held_for_review'{conditions} \
                          ORDER BY {order} LIMIT $1 OFFSET $2",
                         items = ITEM_I.as_str(),
+                        order = order_by(sort),
                     );
                     let mut q = sqlx::query(&sql).bind(PAGE_ROWS).bind(page.max(0) * PAGE_ROWS);
                     for b in &binds {
@@ -458,21 +494,23 @@ macro_rules! impl_review {
                 }
 
                 async fn search_items(&self, q: &str, clients: &[&str]) -> StoreResult<Vec<Item>> {
-                    let by_client = if clients.is_empty() {
-                        String::new()
-                    } else {
-                        let list = placeholders(3, clients.len());
+                    // Each branch uses its own index and is bounded on its own.
+                    let branch = |condition: &str| {
                         format!(
-                            " UNION SELECT {items} FROM items i WHERE i.client IN ({list}) AND i.external_id = $1 \
-                             UNION SELECT {items} FROM items i WHERE i.client IN ({list}) AND i.author = $1",
+                            "SELECT * FROM (SELECT {items} FROM items i WHERE {condition} \
+                             ORDER BY i.created_at DESC LIMIT $2) b",
                             items = ITEM_I.as_str()
                         )
                     };
-                    let sql = format!(
-                        "SELECT * FROM (SELECT {items} FROM items i WHERE i.id = $1{by_client}) found \
-                         ORDER BY created_at DESC LIMIT $2",
-                        items = ITEM_I.as_str()
-                    );
+                    let mut sql = branch("i.id = $1");
+                    if !clients.is_empty() {
+                        let list = placeholders(3, clients.len());
+                        for column in ["external_id", "author"] {
+                            sql.push_str(" UNION ");
+                            sql.push_str(&branch(&format!("i.client IN ({list}) AND i.{column} = $1")));
+                        }
+                    }
+                    let sql = format!("SELECT * FROM ({sql}) found ORDER BY created_at DESC LIMIT $2");
                     let mut query = sqlx::query(&sql).bind(q).bind(PAGE_ROWS);
                     for c in clients {
                         query = query.bind(*c);
@@ -481,21 +519,25 @@ macro_rules! impl_review {
                 }
 
                 async fn author_summary(&self, client: &str, author: &str) -> StoreResult<AuthorSummary> {
+                    const LATEST: &str = "(SELECT id, status FROM items WHERE client = $1 AND author = $2 \
+                                          ORDER BY created_at DESC LIMIT $3) latest";
                     let recent = self.author_items(client, author, 10).await?;
-                    let (items, rejected) = sqlx::query_as::<_, (i64, i64)>(
+                    let (items, rejected) = sqlx::query_as::<_, (i64, i64)>(&format!(
                         "SELECT COUNT(*), CAST(COALESCE(SUM(CASE WHEN status = 'rejected' THEN 1 ELSE 0 END), 0) \
-                         AS BIGINT) FROM items WHERE client = $1 AND author = $2",
-                    )
+                         AS BIGINT) FROM {LATEST}"
+                    ))
                     .bind(client)
                     .bind(author)
+                    .bind(AUTHOR_WINDOW)
                     .fetch_one(self.read_pool())
                     .await?;
-                    let reversals = sqlx::query_scalar::<_, i64>(
-                        "SELECT COUNT(*) FROM decisions d JOIN items i ON i.id = d.item_id \
-                         WHERE i.client = $1 AND i.author = $2 AND d.reversed_at IS NOT NULL",
-                    )
+                    let reversals = sqlx::query_scalar::<_, i64>(&format!(
+                        "SELECT COUNT(*) FROM decisions d JOIN {LATEST} ON latest.id = d.item_id \
+                         WHERE d.reversed_at IS NOT NULL"
+                    ))
                     .bind(client)
                     .bind(author)
+                    .bind(AUTHOR_WINDOW)
                     .fetch_one(self.read_pool())
                     .await?;
                     Ok(AuthorSummary {
@@ -516,9 +558,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn label_patterns_match_the_quoted_label_only() {
-        assert_eq!(label_pattern("spam"), "%\"spam\"%");
-        assert_eq!(label_pattern("50%_off"), "%\"50\\%\\_off\"%");
+    fn labels_are_matched_as_whole_json_strings() {
+        assert_eq!(label_needle("spam"), "\"spam\"");
+        assert_eq!(label_needle("a\"b"), "\"a\\\"b\"");
     }
 
     #[test]
@@ -528,9 +570,12 @@ mod tests {
             plugin: Some("link-spam".into()),
             ..QueueFilter::default()
         };
-        let (sql, binds) = filter_sql(&filter, 3);
+        let (sql, binds) = filter_sql(&filter, 3, "instr");
         assert!(sql.contains("i.kind = $3") && sql.contains("d.plugin = $4"), "{sql}");
         assert_eq!(binds, vec!["post".to_string(), "link-spam".to_string()]);
-        assert_eq!(filter_sql(&QueueFilter::default(), 1), (String::new(), Vec::new()));
+        assert_eq!(
+            filter_sql(&QueueFilter::default(), 1, "instr"),
+            (String::new(), Vec::new())
+        );
     }
 }
