@@ -46,6 +46,14 @@ impl Tokens {
         }
     }
 
+    /// Whether a moderator token named `name` is configured (a console
+    /// session lasts only while its moderator's token does).
+    pub fn has_moderator(&self, name: &str) -> bool {
+        self.entries
+            .iter()
+            .any(|(_, c)| c.role == Role::Moderator && c.name == name)
+    }
+
     /// The caller a presented token belongs to. Every entry is compared, so
     /// timing does not reveal which (if any) matched.
     pub fn verify(&self, presented: &str) -> Option<Caller> {

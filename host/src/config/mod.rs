@@ -481,6 +481,14 @@ impl Config {
                     .iter()
                     .map(|(n, w)| (format!("webhooks.{n}"), &w.url, &w.secret)),
             );
+        anyhow::ensure!(
+            self.console.claim_ttl_ms >= 120_000,
+            "configuration: console.claim_ttl_ms must be at least 120000 (an open item page renews its claim every minute)"
+        );
+        anyhow::ensure!(
+            self.console.session_ttl_ms >= 60_000,
+            "configuration: console.session_ttl_ms must be at least 60000"
+        );
         for (what, url, secret) in endpoints {
             anyhow::ensure!(
                 url.starts_with("http://") || url.starts_with("https://"),

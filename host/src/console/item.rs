@@ -168,6 +168,7 @@ fn decision_bar(session: &SignedIn, page: &ItemPage, filters: &Filters) -> Marku
     let item = &page.details.item;
     let id = encode(&item.id);
     let mine = page.claim.as_ref().is_some_and(|c| c.moderator == session.moderator);
+    let theirs = page.claim.as_ref().filter(|c| c.moderator != session.moderator);
     let choices = [
         (ItemStatus::Visible, "Visible", "v"),
         (ItemStatus::HeldForReview, "Hold", "h"),
@@ -188,6 +189,12 @@ fn decision_bar(session: &SignedIn, page: &ItemPage, filters: &Filters) -> Marku
                             input id={ "status-" (status) } type="radio" name="status" value=(status) required;
                             " " (label) " " kbd { (key) }
                         }
+                    }
+                }
+                @if let Some(c) = theirs {
+                    label.override for="override" {
+                        input #override type="checkbox" name="override" value="1";
+                        " Decide anyway: " strong { (c.moderator) } " is reviewing this item"
                     }
                 }
                 label for="reason" { "Reason (kept in the audit trail)" }
@@ -317,6 +324,9 @@ pub struct DecideForm {
     reason: String,
     #[serde(default)]
     then: String,
+    /// `1`: decide although another moderator holds the review claim.
+    #[serde(default)]
+    r#override: String,
     #[serde(flatten)]
     filters: Filters,
 }
@@ -344,6 +354,26 @@ pub async fn decide(
     }
     let version: i64 = crate::domain::parse_decimal(&form.version)
         .ok_or_else(|| PageError::new(StatusCode::BAD_REQUEST, "The form's item version is missing."))?;
+    // A claim shares out work: deciding an item someone else is reviewing
+    // takes an explicit "decide anyway" (the version check still decides
+    // which decision lands).
+    if form.r#override != "1"
+        && let Some(c) = state.store.claim_of(&id).await?
+        && c.moderator != session.moderator
+    {
+        let page = load(&state, &id).await?;
+        let why = format!(
+            "{} is reviewing this item. Tick \"Decide anyway\" to decide it yourself.",
+            c.moderator
+        );
+        return Ok(render(
+            &session,
+            &page,
+            &form.filters,
+            Some(Banner::Refused(why)),
+            StatusCode::CONFLICT,
+        ));
+    }
     let correlation_id = crate::api::request_id(&headers);
     let outcome = api_decide(
         &state,
@@ -405,21 +435,19 @@ pub async fn skip(
 }
 
 /// `POST /console/items/{id}/claim` (the open page's heartbeat, CSRF token
-/// in `X-CSRF-Token`): 204 while the claim is this moderator's, 409 once lost.
+/// in `X-CSRF-Token`): `{"claimed": true}` while the claim is this
+/// moderator's, `false` once it is not (an answer, not an error: the page
+/// just says so).
 pub async fn renew_claim(
     State(state): State<AppState>,
     session: SignedIn,
     Path(id): Path<String>,
     headers: HeaderMap,
-) -> Result<StatusCode, PageError> {
+) -> Result<axum::Json<serde_json::Value>, PageError> {
     session.check_csrf(headers.get("x-csrf-token").and_then(|v| v.to_str().ok()))?;
-    let held = state
+    let claimed = state
         .store
         .renew_claim(&id, &session.moderator, state.config.console.claim_ttl_ms)
         .await?;
-    Ok(if held {
-        StatusCode::NO_CONTENT
-    } else {
-        StatusCode::CONFLICT
-    })
+    Ok(axum::Json(serde_json::json!({ "claimed": claimed })))
 }

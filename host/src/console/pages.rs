@@ -34,8 +34,12 @@ pub async fn plugins_page(State(state): State<AppState>, session: SignedIn) -> R
     let body = html! {
         main {
             h1 { "Plugins" }
-            p.hint { "Figures from the store, over every process: each version's latest 10,000 evaluations. "
-                "The reversal rate is the share of its ok evaluations a moderator overturned." }
+            p.hint {
+                "Evaluations, outcomes and p50/p99 are from the store, over every process, for each version's latest "
+                (crate::store::FIGURES_WINDOW) " evaluations. The reversal rate is the share of the version's actions "
+                "(applied flag, hold, reject) of the last 30 days that moderators overturned. Quarantine and shadow "
+                "disagreements are this process's."
+            }
             table #plugins {
                 thead { tr {
                     th { "plugin" } th { "version" } th { "digest" } th { "mode" } th { "phases" } th { "state" }
@@ -77,7 +81,7 @@ fn plugin_row(p: &PluginView) -> Markup {
             td { (f.evaluations) }
             td { (outcomes) }
             td { (micros(f.p50_us)) " / " (micros(f.p99_us)) }
-            td { @match f.reversal_rate { Some(r) => { (format!("{:.1} %", r * 100.0)) " (" (f.reversals) ")" }, None => "—" } }
+            td { @match f.reversal_rate { Some(r) => { (format!("{:.1} %", r * 100.0)) " (" (f.reversals) " of " (f.actions) ")" }, None => "—" } }
             td { @if p.mode == crate::domain::Mode::Shadow { (p.shadow_disagreements) } @else { "—" } }
         }
     }

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 /// The queue filters as they travel in query strings and forms: through
 /// the queue page, "Start reviewing", and every item page of a review run,
 /// so "submit & next" and "skip" keep to the same slice of the queue.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 pub struct Filters {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub kind: String,
@@ -24,6 +24,9 @@ pub struct Filters {
     pub plugin: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub author: String,
+    /// `flags` for most flags first; anything else is oldest first.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sort: String,
 }
 
 impl Filters {
@@ -41,6 +44,14 @@ impl Filters {
         }
     }
 
+    pub fn sort(&self) -> QueueSort {
+        if self.sort == "flags" {
+            QueueSort::Flags
+        } else {
+            QueueSort::Oldest
+        }
+    }
+
     /// `?kind=...` (empty when no filter is set).
     pub fn query(&self) -> String {
         let q = serde_urlencoded::to_string(self).unwrap_or_default();
@@ -50,7 +61,7 @@ impl Filters {
     /// Hidden inputs carrying the filters in a form.
     pub fn hidden(&self) -> Markup {
         html! {
-            @for (name, value) in [("kind", &self.kind), ("label", &self.label), ("plugin", &self.plugin), ("author", &self.author)] {
+            @for (name, value) in [("kind", &self.kind), ("label", &self.label), ("plugin", &self.plugin), ("author", &self.author), ("sort", &self.sort)] {
                 @if !value.is_empty() { input type="hidden" name=(name) value=(value); }
             }
         }
@@ -61,8 +72,6 @@ impl Filters {
 pub struct QueueQuery {
     #[serde(flatten)]
     filters: Filters,
-    #[serde(default)]
-    sort: Option<String>,
     /// A string: inside a flattened struct every query value arrives as one.
     #[serde(default)]
     page: Option<String>,
@@ -77,20 +86,15 @@ pub async fn queue_page(
     Query(q): Query<QueueQuery>,
 ) -> Result<Response, PageError> {
     let now = now_ms();
-    let sort = match q.sort.as_deref() {
-        Some("flags") => QueueSort::Flags,
-        _ => QueueSort::Oldest,
-    };
+    let sort = q.filters.sort();
     let page = i64::from(q.page.and_then(|p| p.parse::<u32>().ok()).unwrap_or(0).min(10_000));
     let filter = q.filters.to_store();
     let overview = state.store.queue_overview(now).await?;
     let rows = state.store.queue_page(&filter, sort, page).await?;
     let next_page = {
-        let mut next = serde_urlencoded::to_string(&q.filters).unwrap_or_default();
-        if sort == QueueSort::Flags {
-            next.push_str("&sort=flags");
-        }
-        format!("/console/queue?{}&page={}", next.trim_start_matches('&'), page + 1)
+        let q = q.filters.query();
+        let sep = if q.is_empty() { "?" } else { "&" };
+        format!("/console/queue{q}{sep}page={}", page + 1)
     };
     let body = html! {
         main {
@@ -122,6 +126,7 @@ pub async fn queue_page(
                 input type="hidden" name="csrf" value=(session.csrf);
                 (q.filters.hidden())
                 button #start.primary type="submit" { "Start reviewing" }
+                @if q.filters != Filters::default() { " " span.hint { "in this filtered order" } }
             }
             table #queue {
                 thead { tr { th { "held" } th { "item" } th { "kind" } th { "author" } th { "flags" } th { "held by" } th { "claimed by" } } }
@@ -129,7 +134,7 @@ pub async fn queue_page(
                     @for r in &rows {
                         tr data-item=(r.item.id) {
                             td { (age(now - r.item.updated_at)) }
-                            td.text { a.open href={ "/console/items/" (r.item.id) } { (excerpt(&r.item.body, 120)) } }
+                            td.text { a.open href={ "/console/items/" (encode(&r.item.id)) } { (excerpt(&r.item.body, 120)) } }
                             td { (r.item.kind) }
                             td { (r.item.author) }
                             td { (r.flags) }
@@ -183,6 +188,7 @@ pub async fn next_item(state: &AppState, session: &SignedIn, filters: &Filters) 
         .claim_next(
             &session.moderator,
             &filters.to_store(),
+            filters.sort(),
             state.config.console.claim_ttl_ms,
         )
         .await?;

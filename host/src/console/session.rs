@@ -53,7 +53,15 @@ impl FromRequestParts<AppState> for SignedIn {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         let not_signed_in = || {
             if parts.method == axum::http::Method::GET {
-                layout::see_other("/console/login")
+                // Back to this page after signing in (a link from chat
+                // arrives without the SameSite=Strict cookie).
+                // Inside the router nested at /console, the URI lacks the prefix.
+                let here = format!(
+                    "/console{}",
+                    parts.uri.path_and_query().map_or("/queue", |p| p.as_str())
+                );
+                let next = serde_urlencoded::to_string([("next", here)]).unwrap_or_default();
+                layout::see_other(&format!("/console/login?{next}"))
             } else {
                 PageError::new(StatusCode::UNAUTHORIZED, "Not signed in, or the session expired.").into_response()
             }
@@ -63,12 +71,13 @@ impl FromRequestParts<AppState> for SignedIn {
         };
         let id_hash = digest(value);
         match state.store.session(&id_hash).await {
-            Ok(Some(s)) => Ok(SignedIn {
+            // A session lasts only while its moderator's token is configured.
+            Ok(Some(s)) if state.tokens.has_moderator(&s.moderator) => Ok(SignedIn {
                 moderator: s.moderator,
                 csrf: s.csrf,
                 id_hash,
             }),
-            Ok(None) => Err(not_signed_in()),
+            Ok(_) => Err(not_signed_in()),
             Err(e) => Err(PageError::from(e).into_response()),
         }
     }
@@ -125,10 +134,33 @@ fn set_cookie(state: &AppState, headers: &HeaderMap, name: &str, value: &str, ma
     HeaderValue::from_str(&cookie).expect("cookie values are hex")
 }
 
+/// Where to go after signing in: a console page, or the queue. Only a path
+/// of this console is followed, never another site.
+fn destination(next: &str) -> &str {
+    let safe = next.starts_with("/console/")
+        && !next.contains("//")
+        && !next.contains('\\')
+        && next.bytes().all(|b| b.is_ascii_graphic());
+    if safe { next } else { "/console/queue" }
+}
+
+#[derive(Deserialize)]
+pub struct LoginQuery {
+    #[serde(default)]
+    next: String,
+}
+
 /// `GET /console/login`.
-pub async fn login_page(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let csrf = random_token();
-    let mut response = login_form(&csrf, None, StatusCode::OK);
+pub async fn login_page(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    axum::extract::Query(q): axum::extract::Query<LoginQuery>,
+) -> Response {
+    // A second tab's sign-in page keeps the first one's token valid.
+    let csrf = cookie(&headers, LOGIN_COOKIE)
+        .filter(|c| c.len() == 64 && c.bytes().all(|b| b.is_ascii_hexdigit()))
+        .map_or_else(random_token, str::to_string);
+    let mut response = login_form(&csrf, destination(&q.next), None, StatusCode::OK);
     response.headers_mut().append(
         header::SET_COOKIE,
         set_cookie(&state, &headers, LOGIN_COOKIE, &csrf, 3600),
@@ -136,13 +168,14 @@ pub async fn login_page(State(state): State<AppState>, headers: HeaderMap) -> Re
     response
 }
 
-fn login_form(csrf: &str, error: Option<&str>, status: StatusCode) -> Response {
+fn login_form(csrf: &str, next: &str, error: Option<&str>, status: StatusCode) -> Response {
     let body = html! {
         main.login {
             h1 { "gavel · moderator console" }
             @if let Some(e) = error { p #error.error { (e) } }
             form #login method="post" action="/console/login" {
                 input type="hidden" name="csrf" value=(csrf);
+                input type="hidden" name="next" value=(next);
                 label for="token" { "Moderator token" }
                 input #token type="password" name="token" autocomplete="current-password" required autofocus;
                 button type="submit" { "Sign in" }
@@ -159,6 +192,8 @@ pub struct LoginForm {
     token: String,
     #[serde(default)]
     csrf: String,
+    #[serde(default)]
+    next: String,
 }
 
 /// `POST /console/login`: a moderator token for a session cookie.
@@ -179,8 +214,10 @@ pub async fn login(
         .verify(form.token.trim())
         .filter(|c| c.role == Role::Moderator);
     let Some(caller) = caller else {
+        tracing::warn!("console sign-in refused: not a moderator token");
         return Ok(login_form(
             expected,
+            destination(&form.next),
             Some("That is not a moderator token."),
             StatusCode::UNAUTHORIZED,
         ));
@@ -192,7 +229,7 @@ pub async fn login(
         .create_session(&digest(&session), &caller.name, &random_token(), ttl)
         .await?;
     tracing::info!(moderator = %caller.name, "console sign-in");
-    let mut response = layout::see_other("/console/queue");
+    let mut response = layout::see_other(destination(&form.next));
     let h = response.headers_mut();
     h.append(
         header::SET_COOKIE,
@@ -242,6 +279,21 @@ mod tests {
         assert_eq!(cookie(&headers, "gavel_session"), Some("abc"));
         assert_eq!(cookie(&headers, "a"), Some("1"));
         assert_eq!(cookie(&headers, "gavel"), None);
+    }
+
+    #[test]
+    fn only_console_paths_are_followed_after_sign_in() {
+        assert_eq!(destination("/console/items/a?kind=post"), "/console/items/a?kind=post");
+        for bad in [
+            "https://evil.example/",
+            "//evil.example",
+            "/console//evil",
+            "/console\\x",
+            "/v1/items",
+            "",
+        ] {
+            assert_eq!(destination(bad), "/console/queue", "{bad}");
+        }
     }
 
     #[test]

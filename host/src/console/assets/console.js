@@ -10,18 +10,27 @@
   const shortcuts = document.getElementById("shortcuts");
   const skip = document.getElementById("skip");
 
-  // While this page is open, keep the claim on its item alive.
+  // While someone is working on this page, keep the claim on its item
+  // alive; a forgotten tab lets it lapse, and the item goes to others.
   const renew = decide?.dataset.renew;
+  let lastActive = Date.now();
+  for (const kind of ["keydown", "pointerdown", "pointermove", "scroll"]) {
+    document.addEventListener(kind, () => (lastActive = Date.now()), { passive: true });
+  }
   if (renew && csrf) {
-    const beat = () =>
+    const IDLE_MS = 5 * 60000;
+    const beat = () => {
+      if (document.hidden || Date.now() - lastActive > IDLE_MS) return;
       fetch(renew, { method: "POST", headers: { "X-CSRF-Token": csrf }, credentials: "same-origin" })
-        .then((r) => {
-          if (r.status === 409) {
+        .then((r) => r.json())
+        .then((answer) => {
+          if (!answer.claimed) {
             const claim = document.getElementById("claim");
-            if (claim) claim.textContent = "Your claim on this item lapsed; another moderator may be reviewing it.";
+            if (claim) claim.textContent = "This item is no longer claimed by you: it was decided, or your claim lapsed.";
           }
         })
         .catch(() => {});
+    };
     setInterval(beat, 60000);
   }
 
@@ -42,7 +51,10 @@
 
   document.addEventListener("keydown", (e) => {
     const typing = e.target instanceof HTMLElement && e.target.matches("input, textarea, select");
-    if (e.key === "Enter" && e.ctrlKey && decide) {
+    // Ctrl+Enter decides from the decision form or from no form at all,
+    // never from another form (the search box).
+    const otherForm = e.target instanceof Element && e.target.closest("form") && !e.target.closest("#decide");
+    if (e.key === "Enter" && e.ctrlKey && decide && !otherForm) {
       e.preventDefault();
       submit(e.shiftKey ? "next" : "stay");
       return;
