@@ -277,10 +277,16 @@ try {
   check((await statusOf(pageA)) === "visible", `${keyboardItem} is ${await statusOf(pageA)} after the decision`);
   check(((await pageA.textContent("#flash")) ?? "").includes("Decided"), "#flash says Decided");
 
-  step(`f. a decision from a stale page (${staleItem}) is refused`);
+  step(`f. another moderator's claim holds, then a decision from a stale page (${staleItem}) is refused`);
   await open(pageB, itemPath(staleItem));
   await open(pageA, itemPath(staleItem));
   await pageA.click("#status-rejected");
+  await pageA.fill("#reason", "spam, rejected by mod");
+  await navigate(pageA, () => pageA.click("#submit"), 409);
+  check(((await pageA.textContent("#error")) ?? "").includes("mod2 is reviewing"), "mod2's claim is named");
+  check((await statusOf(pageA)) === "held_for_review", `a claimed item was decided: ${await statusOf(pageA)}`);
+  await pageA.click("#status-rejected");
+  await pageA.check("#override");
   await pageA.fill("#reason", "spam, rejected by mod");
   await navigate(pageA, () => pageA.click("#submit"));
   check((await statusOf(pageA)) === "rejected", `mod's decision left ${staleItem} ${await statusOf(pageA)}`);

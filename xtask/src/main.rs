@@ -3,8 +3,8 @@
 //! - `run`: install what is missing, build the example plugins into
 //!   `plugins/`, show their verdicts on sample cases, then `gavel serve`.
 //! - `test`: install what is missing, then run every test (the console's
-//!   browser test included: `tests/console`'s npm packages are installed
-//!   afresh with `npm ci`).
+//!   browser test included: it installs `tests/console`'s npm packages with
+//!   `npm ci` when they are missing or older than the lock file).
 //! - `bench [--quick]`: build in release mode and run every benchmark of
 //!   docs/BENCHMARKS.md (B1–B9, B12); prints the table and writes `bench-results.json`
 //!   (`--quick`: small counts, `bench-results-quick.json`; `test` runs it to
@@ -247,12 +247,9 @@ fn test(root: &Path) -> anyhow::Result<()> {
     ensure_schemathesis()?;
     ensure_postgres()?;
     ensure_redis()?;
+    // The console's browser test drives it (and runs `npm ci` for
+    // playwright-core itself when its packages are missing or stale).
     ensure_chromium()?;
-    // The console's browser test runs playwright-core from tests/console,
-    // installed exactly as its lock file says.
-    sh(Command::new("npm")
-        .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
-        .current_dir(root.join("tests/console")))?;
     // The kill tests run the real binary.
     sh(Command::new(cargo()).args(["build", "-p", "gavel"]))?;
     // Host crates and integration tests (the tests' build script builds every guest).

@@ -172,4 +172,96 @@ async fn moderators_work_the_queue_in_a_browser(setup: Setup) {
     s.stop().await.unwrap();
 }
 
-gavel_tests::both!(moderators_work_the_queue_in_a_browser);
+/// The value of cookie `name` a response sets.
+fn set_cookie(r: &reqwest::Response, name: &str) -> Option<String> {
+    r.headers()
+        .get_all(reqwest::header::SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .filter_map(|v| v.split(';').next()?.split_once('='))
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v.to_string())
+}
+
+/// Signs in as `token` over plain HTTP, starting from `page`; returns the
+/// session cookie and where the sign-in sent the browser.
+async fn sign_in(http: &reqwest::Client, url: &str, page: &str, token: &str) -> (Option<String>, String) {
+    let r = http.get(format!("{url}{page}")).send().await.unwrap();
+    assert_eq!(r.status(), 303, "{page} without a session goes to sign-in");
+    let login = r.headers()["location"].to_str().unwrap().to_string();
+    let r = http.get(format!("{url}{login}")).send().await.unwrap();
+    let csrf = set_cookie(&r, "gavel_login").unwrap();
+    let html = r.text().await.unwrap();
+    let next = html
+        .split("name=\"next\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .replace("&amp;", "&");
+    let r = http
+        .post(format!("{url}/console/login"))
+        .header("cookie", format!("gavel_login={csrf}"))
+        .form(&[("token", token), ("csrf", &csrf), ("next", &next)])
+        .send()
+        .await
+        .unwrap();
+    let to = r
+        .headers()
+        .get("location")
+        .map_or(String::new(), |l| l.to_str().unwrap().into());
+    (set_cookie(&r, "gavel_session"), to)
+}
+
+/// Sign-in without a browser: a link opened signed out comes back to its
+/// page after sign-in; the sign-in form needs its CSRF cookie; a session
+/// ends when its moderator's token is removed from the configuration.
+async fn sessions_follow_their_token(setup: Setup) {
+    let s = TestServer::start_with(setup, |c| {
+        c.tokens.push(TokenConfig {
+            name: "mod2".into(),
+            token: gavel::config::new_token(),
+            role: Role::Moderator,
+        });
+    })
+    .await;
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let mod2 = s.config.tokens.iter().find(|t| t.name == "mod2").unwrap().token.clone();
+    let (session, to) = sign_in(&http, &s.url, "/console/plugins?x=1", &mod2).await;
+    let session = session.expect("a session cookie");
+    assert_eq!(to, "/console/plugins?x=1", "back to the page the link named");
+    let page = |cookie: String| {
+        http.get(format!("{}/console/queue", s.url))
+            .header("cookie", cookie)
+            .send()
+    };
+    assert_eq!(page(format!("gavel_session={session}")).await.unwrap().status(), 200);
+    // Without the sign-in page's cookie the form is refused.
+    let r = http
+        .post(format!("{}/console/login", s.url))
+        .form(&[("token", mod2.as_str()), ("csrf", "0".repeat(64).as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(set_cookie(&r, "gavel_session").is_none());
+    // A client token is not a moderator's.
+    let (none, _) = sign_in(&http, &s.url, "/console/queue", &s.client).await;
+    assert!(none.is_none());
+    // mod2's token is removed: the session it signed in ends with it.
+    let (mut config, dir) = s.stop_keeping_dir().await;
+    config.tokens.retain(|t| t.name != "mod2");
+    let s = TestServer::serve(dir, setup, config, |_| {}).await;
+    let r = http
+        .get(format!("{}/console/queue", s.url))
+        .header("cookie", format!("gavel_session={session}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 303, "a revoked moderator's session still works");
+    s.stop().await.unwrap();
+}
+
+gavel_tests::both!(moderators_work_the_queue_in_a_browser, sessions_follow_their_token);

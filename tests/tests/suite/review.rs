@@ -28,6 +28,11 @@ async fn held(store: &SharedStore, prefix: &str, n: usize, plugin: &str) -> Vec<
     ids
 }
 
+/// Claims the next item, oldest first.
+async fn claim(store: &SharedStore, moderator: &str, filter: &QueueFilter, ttl_ms: i64) -> StoreResult<Option<String>> {
+    store.claim_next(moderator, filter, QueueSort::Oldest, ttl_ms).await
+}
+
 /// Many moderators claiming at once never share an item: 24 concurrent
 /// claims on 10 held items give 10 distinct items and 14 "nothing left".
 async fn concurrent_claims_never_share_an_item(setup: Setup) {
@@ -37,8 +42,7 @@ async fn concurrent_claims_never_share_an_item(setup: Setup) {
     for m in 0..24 {
         let store = store.clone();
         tasks.spawn(async move {
-            store
-                .claim_next(&format!("mod-{m}"), &QueueFilter::default(), TEN_MIN)
+            claim(&store, &format!("mod-{m}"), &QueueFilter::default(), TEN_MIN)
                 .await
                 .unwrap()
         });
@@ -58,11 +62,11 @@ async fn claims_return_to_their_holder_and_expire(setup: Setup) {
     let ids = held(&store, "e", 3, "link-spam").await;
     let all = QueueFilter::default();
     assert_eq!(
-        store.claim_next("ann", &all, TEN_MIN).await.unwrap().as_ref(),
+        claim(&store, "ann", &all, TEN_MIN).await.unwrap().as_ref(),
         Some(&ids[0])
     );
     assert_eq!(
-        store.claim_next("ann", &all, TEN_MIN).await.unwrap().as_ref(),
+        claim(&store, "ann", &all, TEN_MIN).await.unwrap().as_ref(),
         Some(&ids[0]),
         "the holder's own claim first, not a second item"
     );
@@ -71,14 +75,14 @@ async fn claims_return_to_their_holder_and_expire(setup: Setup) {
     assert_eq!(store.claim_of(&ids[0]).await.unwrap().unwrap().moderator, "ann");
     // Bob gets the next item, not Ann's.
     assert_eq!(
-        store.claim_next("bob", &all, TEN_MIN).await.unwrap().as_ref(),
+        claim(&store, "bob", &all, TEN_MIN).await.unwrap().as_ref(),
         Some(&ids[1])
     );
     // A claim that has expired is free for anyone.
-    assert_eq!(store.claim_next("cyd", &all, -1).await.unwrap().as_ref(), Some(&ids[2]));
+    assert_eq!(claim(&store, "cyd", &all, -1).await.unwrap().as_ref(), Some(&ids[2]));
     assert_eq!(store.claim_of(&ids[2]).await.unwrap(), None, "expired");
     assert_eq!(
-        store.claim_next("dan", &all, TEN_MIN).await.unwrap().as_ref(),
+        claim(&store, "dan", &all, TEN_MIN).await.unwrap().as_ref(),
         Some(&ids[2])
     );
     assert!(
@@ -101,7 +105,7 @@ async fn claims_return_to_their_holder_and_expire(setup: Setup) {
     store.release_claim(&ids[0], "ann").await.unwrap();
     assert_eq!(store.claim_of(&ids[0]).await.unwrap(), None);
     assert_eq!(
-        store.claim_next("ann", &all, TEN_MIN).await.unwrap(),
+        claim(&store, "ann", &all, TEN_MIN).await.unwrap(),
         None,
         "nothing left for ann"
     );
@@ -113,7 +117,7 @@ async fn a_skipped_item_goes_to_someone_else(setup: Setup) {
     let ids = held(&store, "s", 2, "link-spam").await;
     let all = QueueFilter::default();
     assert_eq!(
-        store.claim_next("ann", &all, TEN_MIN).await.unwrap().as_ref(),
+        claim(&store, "ann", &all, TEN_MIN).await.unwrap().as_ref(),
         Some(&ids[0])
     );
     store.skip(&ids[0], "ann").await.unwrap();
@@ -124,13 +128,13 @@ async fn a_skipped_item_goes_to_someone_else(setup: Setup) {
         "skipping releases the claim"
     );
     assert_eq!(
-        store.claim_next("ann", &all, TEN_MIN).await.unwrap().as_ref(),
+        claim(&store, "ann", &all, TEN_MIN).await.unwrap().as_ref(),
         Some(&ids[1])
     );
     store.skip(&ids[1], "ann").await.unwrap();
-    assert_eq!(store.claim_next("ann", &all, TEN_MIN).await.unwrap(), None);
+    assert_eq!(claim(&store, "ann", &all, TEN_MIN).await.unwrap(), None);
     assert_eq!(
-        store.claim_next("bob", &all, TEN_MIN).await.unwrap().as_ref(),
+        claim(&store, "bob", &all, TEN_MIN).await.unwrap().as_ref(),
         Some(&ids[0])
     );
 }
@@ -203,7 +207,7 @@ async fn the_queue_filters_sorts_and_counts(setup: Setup) {
     assert_eq!(by_flags[0].flags, 2);
     assert_eq!(by_flags[1].item.id, spam[2]);
     // A claim shows on its row; filters apply to claiming too.
-    let claimed = store.claim_next("ann", &only("banned-terms"), TEN_MIN).await.unwrap();
+    let claimed = claim(&store, "ann", &only("banned-terms"), TEN_MIN).await.unwrap();
     assert_eq!(claimed.as_ref(), Some(&words[0]));
     let rows = store
         .queue_page(&only("banned-terms"), QueueSort::Oldest, 0)
@@ -226,7 +230,85 @@ async fn search_finds_ids_external_ids_and_authors(setup: Setup) {
     assert!(store.search_items("nothing", &["web"]).await.unwrap().is_empty());
 }
 
+/// "Start reviewing" follows the queue's order and filters, for a fresh
+/// claim and for the moderator's own open one; labels match exactly, with
+/// case, on both stores.
+async fn claims_follow_the_queue_order_and_filters(setup: Setup) {
+    let (store, _dir) = open(setup).await;
+    let spam = held(&store, "o-spam", 3, "link-spam").await;
+    let words = held(&store, "o-words", 1, "banned-terms").await;
+    append(&store, &spam[2], EventKind::Flag, "u1").await;
+    let all = QueueFilter::default();
+    let by_flags = store.claim_next("ann", &all, QueueSort::Flags, TEN_MIN).await.unwrap();
+    assert_eq!(by_flags.as_ref(), Some(&spam[2]), "most flags first");
+    let words_only = QueueFilter {
+        plugin: Some("banned-terms".into()),
+        ..QueueFilter::default()
+    };
+    assert_eq!(
+        claim(&store, "ann", &words_only, TEN_MIN).await.unwrap().as_ref(),
+        Some(&words[0]),
+        "ann's open claim does not match the filter: a matching item instead"
+    );
+    let label = |l: &str| QueueFilter {
+        label: Some(l.into()),
+        ..QueueFilter::default()
+    };
+    assert_eq!(
+        store.queue_page(&label("x"), QueueSort::Oldest, 0).await.unwrap().len(),
+        4
+    );
+    assert!(
+        store
+            .queue_page(&label("X"), QueueSort::Oldest, 0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// Retention removes expired sessions and claims, and skips of items that
+/// are no longer held; live ones stay.
+async fn retention_removes_spent_console_state(setup: Setup) {
+    let (store, _dir) = open(setup).await;
+    let ids = held(&store, "p", 2, "link-spam").await;
+    store.create_session("old", "ann", "c", -1).await.unwrap();
+    store.create_session("new", "ann", "c", TEN_MIN).await.unwrap();
+    assert_eq!(
+        claim(&store, "ann", &QueueFilter::default(), -1)
+            .await
+            .unwrap()
+            .as_ref(),
+        Some(&ids[0])
+    );
+    store.skip(&ids[0], "bob").await.unwrap();
+    store.skip(&ids[1], "bob").await.unwrap();
+    let details = store.item_details(&ids[1]).await.unwrap().unwrap();
+    let decide = request(
+        &ids[1],
+        details.item.version,
+        ItemStatus::HeldForReview,
+        ItemStatus::Rejected,
+        Actor::Moderator,
+    );
+    store.transition(&decide).await.unwrap();
+    let policy = RetentionPolicy::default();
+    let pruned = store.prune(&policy, gavel::clock::now_ms() + 1).await.unwrap();
+    assert_eq!(
+        (pruned.console_sessions, pruned.review_claims, pruned.review_skips),
+        (1, 1, 1)
+    );
+    assert!(store.session("new").await.unwrap().is_some());
+    // Bob's skip of the still-held item stands.
+    assert_eq!(
+        claim(&store, "bob", &QueueFilter::default(), TEN_MIN).await.unwrap(),
+        None
+    );
+}
+
 gavel_tests::both!(
+    claims_follow_the_queue_order_and_filters,
+    retention_removes_spent_console_state,
     concurrent_claims_never_share_an_item,
     claims_return_to_their_holder_and_expire,
     a_skipped_item_goes_to_someone_else,
