@@ -217,6 +217,9 @@ macro_rules! impl_review {
 
             const POSITION: &str = <$store as Dialect>::POSITION;
 
+            /// Drops moderator `$2`'s claim on item `$1` (a decision, a skip).
+            const RELEASE: &str = "DELETE FROM review_claims WHERE item_id = $1 AND moderator = $2";
+
             /// Flag and report events on `items i`.
             const FLAGS: &str = "(SELECT COALESCE(SUM(c.value), 0) FROM counters c WHERE c.item_id = i.id \
                                  AND c.name IN ('flag', 'report'))";
@@ -406,7 +409,7 @@ macro_rules! impl_review {
                 async fn release_claim(&self, item: &str, moderator: &str) -> StoreResult<()> {
                     retry_conflicts!(async {
                         let mut tx = self.begin_write().await?;
-                        sqlx::query("DELETE FROM review_claims WHERE item_id = $1 AND moderator = $2")
+                        sqlx::query(RELEASE)
                             .bind(item)
                             .bind(moderator)
                             .execute(&mut *tx)
@@ -425,7 +428,7 @@ macro_rules! impl_review {
                     retry_conflicts!(async {
                         let mut tx = self.begin_write().await?;
                         sqlx::query(&insert).bind(item).bind(moderator).execute(&mut *tx).await?;
-                        sqlx::query("DELETE FROM review_claims WHERE item_id = $1 AND moderator = $2")
+                        sqlx::query(RELEASE)
                             .bind(item)
                             .bind(moderator)
                             .execute(&mut *tx)

@@ -110,6 +110,21 @@ async fn run_browser(s: &TestServer, mod2: &str, xss: &str) -> Value {
     serde_json::from_str(line).unwrap_or_else(|e| panic!("the last line is not JSON ({e}): {stdout}"))
 }
 
+/// A test server with a second moderator token, `mod2`; returns that token.
+async fn with_second_moderator(setup: Setup) -> (TestServer, String) {
+    let token = gavel::config::new_token();
+    let mod2 = token.clone();
+    let s = TestServer::start_with(setup, |c| {
+        c.tokens.push(TokenConfig {
+            name: "mod2".into(),
+            token,
+            role: Role::Moderator,
+        });
+    })
+    .await;
+    (s, mod2)
+}
+
 async fn moderators_work_the_queue_in_a_browser(setup: Setup) {
     assert!(
         Path::new(CHROMIUM).is_file(),
@@ -118,15 +133,7 @@ async fn moderators_work_the_queue_in_a_browser(setup: Setup) {
     if let Err(e) = npm_ci() {
         panic!("{e}");
     }
-    let s = TestServer::start_with(setup, |c| {
-        c.tokens.push(TokenConfig {
-            name: "mod2".into(),
-            token: gavel::config::new_token(),
-            role: Role::Moderator,
-        });
-    })
-    .await;
-    let mod2 = &s.config.tokens.iter().find(|t| t.name == "mod2").unwrap().token;
+    let (s, mod2) = with_second_moderator(setup).await;
     // Claims take the oldest held item first, and each item is held before
     // the next is submitted: the XSS item, held last, is never claimed
     // (which would decide it), only opened.
@@ -135,7 +142,7 @@ async fn moderators_work_the_queue_in_a_browser(setup: Setup) {
     }
     let xss = held(&s, "reviewer-xss", &format!("{LINKS} {XSS}")).await;
 
-    let report = run_browser(&s, mod2, &xss).await;
+    let report = run_browser(&s, &mod2, &xss).await;
     let id = |v: &Value| v.as_str().unwrap_or_else(|| panic!("{report}")).to_string();
     let (keyboard, stale) = (id(&report["keyboard_decided"]), id(&report["stale_item"]));
     let claimed = [id(&report["claimed"][0]), id(&report["claimed"][1])];
@@ -216,19 +223,11 @@ async fn sign_in(http: &reqwest::Client, url: &str, page: &str, token: &str) -> 
 /// page after sign-in; the sign-in form needs its CSRF cookie; a session
 /// ends when its moderator's token is removed from the configuration.
 async fn sessions_follow_their_token(setup: Setup) {
-    let s = TestServer::start_with(setup, |c| {
-        c.tokens.push(TokenConfig {
-            name: "mod2".into(),
-            token: gavel::config::new_token(),
-            role: Role::Moderator,
-        });
-    })
-    .await;
+    let (s, mod2) = with_second_moderator(setup).await;
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
-    let mod2 = s.config.tokens.iter().find(|t| t.name == "mod2").unwrap().token.clone();
     let (session, to) = sign_in(&http, &s.url, "/console/plugins?x=1", &mod2).await;
     let session = session.expect("a session cookie");
     assert_eq!(to, "/console/plugins?x=1", "back to the page the link named");

@@ -28,6 +28,22 @@ async fn held(store: &SharedStore, prefix: &str, n: usize, plugin: &str) -> Vec<
     ids
 }
 
+/// Items held by `plugin`.
+fn only(plugin: &str) -> QueueFilter {
+    QueueFilter {
+        plugin: Some(plugin.into()),
+        ..QueueFilter::default()
+    }
+}
+
+/// Items an enforcing decision labelled `label`.
+fn labelled(label: &str) -> QueueFilter {
+    QueueFilter {
+        label: Some(label.into()),
+        ..QueueFilter::default()
+    }
+}
+
 /// Claims the next item, oldest first.
 async fn claim(store: &SharedStore, moderator: &str, filter: &QueueFilter, ttl_ms: i64) -> StoreResult<Option<String>> {
     store.claim_next(moderator, filter, QueueSort::Oldest, ttl_ms).await
@@ -158,10 +174,6 @@ async fn the_queue_filters_sorts_and_counts(setup: Setup) {
     let (store, _dir) = open(setup).await;
     let spam = held(&store, "q-spam", 3, "link-spam").await;
     let words = held(&store, "q-words", 2, "banned-terms").await;
-    let only = |plugin: &str| QueueFilter {
-        plugin: Some(plugin.into()),
-        ..QueueFilter::default()
-    };
     let ids = |rows: Vec<QueueRow>| rows.into_iter().map(|r| r.item.id).collect::<Vec<_>>();
     let by_spam = store
         .queue_page(&only("link-spam"), QueueSort::Oldest, 0)
@@ -174,17 +186,17 @@ async fn the_queue_filters_sorts_and_counts(setup: Setup) {
         .await
         .unwrap();
     assert_eq!(ids(by_words), words);
-    let label = |l: &str| QueueFilter {
-        label: Some(l.into()),
-        ..QueueFilter::default()
-    };
     assert_eq!(
-        store.queue_page(&label("x"), QueueSort::Oldest, 0).await.unwrap().len(),
+        store
+            .queue_page(&labelled("x"), QueueSort::Oldest, 0)
+            .await
+            .unwrap()
+            .len(),
         5
     );
     assert!(
         store
-            .queue_page(&label("%"), QueueSort::Oldest, 0)
+            .queue_page(&labelled("%"), QueueSort::Oldest, 0)
             .await
             .unwrap()
             .is_empty()
@@ -241,26 +253,23 @@ async fn claims_follow_the_queue_order_and_filters(setup: Setup) {
     let all = QueueFilter::default();
     let by_flags = store.claim_next("ann", &all, QueueSort::Flags, TEN_MIN).await.unwrap();
     assert_eq!(by_flags.as_ref(), Some(&spam[2]), "most flags first");
-    let words_only = QueueFilter {
-        plugin: Some("banned-terms".into()),
-        ..QueueFilter::default()
-    };
+    let words_only = only("banned-terms");
     assert_eq!(
         claim(&store, "ann", &words_only, TEN_MIN).await.unwrap().as_ref(),
         Some(&words[0]),
         "ann's open claim does not match the filter: a matching item instead"
     );
-    let label = |l: &str| QueueFilter {
-        label: Some(l.into()),
-        ..QueueFilter::default()
-    };
     assert_eq!(
-        store.queue_page(&label("x"), QueueSort::Oldest, 0).await.unwrap().len(),
+        store
+            .queue_page(&labelled("x"), QueueSort::Oldest, 0)
+            .await
+            .unwrap()
+            .len(),
         4
     );
     assert!(
         store
-            .queue_page(&label("X"), QueueSort::Oldest, 0)
+            .queue_page(&labelled("X"), QueueSort::Oldest, 0)
             .await
             .unwrap()
             .is_empty()
