@@ -9,8 +9,9 @@ use crate::metrics::Metrics;
 use crate::rules::{
     Admission, AuthorStats, Evaluation, Event, HostError, Item, RegisteredPlugin, Registry, Snapshot, fit_snapshot,
 };
-use crate::store::{NewDecision, SnapshotData};
-use std::sync::Arc;
+use crate::store::{DecisionInputs, InputDoc, InputKind, NewDecision, SnapshotData};
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
 
 /// The WIT snapshot of stored data, cut to the snapshot size limit.
 pub fn snapshot_of(data: &SnapshotData, phase: Phase, now_ms: i64, max_bytes: usize) -> Snapshot {
@@ -83,6 +84,9 @@ pub struct Judgement {
     /// With a `defer` verdict: the provider the first deferring enforcing
     /// plugin named.
     pub provider: Option<String>,
+    /// What each evaluation judged, to store with its decision (one per
+    /// evaluation, in order), when the caller keeps inputs.
+    pub inputs: Vec<DecisionInputs>,
 }
 
 impl Judgement {
@@ -91,7 +95,8 @@ impl Judgement {
     pub fn decisions(&self, phase: Phase, applied: bool) -> Vec<NewDecision> {
         self.evaluations
             .iter()
-            .map(|(p, e)| {
+            .enumerate()
+            .map(|(i, (p, e))| {
                 let d = e.decision.as_ref();
                 NewDecision {
                     plugin: e.plugin.name.clone(),
@@ -108,7 +113,7 @@ impl Judgement {
                     outcome: e.outcome,
                     error: e.error.clone(),
                     decided_at: self.started_at.max(p.loaded_at_ms),
-                    snapshot_digest: None,
+                    inputs: self.inputs.get(i).cloned(),
                 }
             })
             .collect()
@@ -184,16 +189,50 @@ fn observe(registry: &Registry, p: &RegisteredPlugin, e: &Evaluation, admission:
     }
 }
 
+/// The stored form of a snapshot: its canonical JSON without the config
+/// (which each decision names separately), compressed and named.
+pub fn snapshot_doc(snapshot: &Snapshot) -> InputDoc {
+    let mut spec = crate::rules::spec_from_snapshot(snapshot);
+    spec.config.clear();
+    InputDoc::new(
+        InputKind::Snapshot,
+        &serde_json::to_vec(&spec).expect("a snapshot serializes"),
+    )
+}
+
+/// The stored form of a plugin config. A config changes only with its
+/// sidecar, so the few in use are kept encoded.
+pub fn config_doc(config: &[(String, String)]) -> Arc<InputDoc> {
+    type Docs = HashMap<Vec<(String, String)>, Arc<InputDoc>>;
+    static DOCS: LazyLock<Mutex<Docs>> = LazyLock::new(Default::default);
+    let mut docs = DOCS.lock().expect("not poisoned");
+    if let Some(doc) = docs.get(config) {
+        return doc.clone();
+    }
+    if docs.len() >= 1024 {
+        docs.clear();
+    }
+    let map: std::collections::BTreeMap<&str, &str> = config.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let doc = Arc::new(InputDoc::new(
+        InputKind::Config,
+        &serde_json::to_vec(&map).expect("a config serializes"),
+    ));
+    docs.insert(config.to_vec(), doc.clone());
+    doc
+}
+
 /// Runs every enabled plugin of `phase` its breaker admits on `snapshot`
 /// (each with its own config and limits) and combines their verdicts. A
 /// host-side failure of any plugin fails the whole judgement (a rule is
-/// never skipped because the host was overloaded). Blocking: call from an
-/// evaluation thread.
+/// never skipped because the host was overloaded). With `keep_inputs`, the
+/// judgement carries the stored form of what each plugin judged. Blocking:
+/// call from an evaluation thread.
 pub fn judge(
     registry: &Registry,
     snapshot: &mut Snapshot,
     phase: Phase,
     fail_closed: bool,
+    keep_inputs: bool,
     metrics: &Metrics,
 ) -> Result<Judgement, HostError> {
     let engine = registry.engine();
@@ -227,11 +266,24 @@ pub fn judge(
     let provider = (verdict == Some(Verdict::Defer))
         .then(|| enforcing().find_map(|(_, e)| e.decision.as_ref().and_then(|d| d.provider.clone())))
         .flatten();
+    let inputs = if keep_inputs && !evaluations.is_empty() {
+        let snapshot_doc = Arc::new(snapshot_doc(snapshot));
+        evaluations
+            .iter()
+            .map(|(p, _)| DecisionInputs {
+                snapshot: snapshot_doc.clone(),
+                config: config_doc(&p.config),
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     Ok(Judgement {
         evaluations,
         started_at,
         verdict,
         provider,
+        inputs,
     })
 }
 

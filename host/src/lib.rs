@@ -39,6 +39,7 @@
 //! part and starts the background tasks side by side.
 
 pub mod api;
+pub mod backtest;
 pub mod cli;
 pub mod clock;
 pub mod config;
@@ -291,6 +292,12 @@ async fn prune_loop(
 ) {
     let every = Duration::from_millis(policy.interval_ms.max(100));
     loop {
+        let now = clock::now_ms();
+        match store.fail_stale_backtests(now - backtest::STALE_AFTER_MS, now).await {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(backtests = n, "backtests whose process stopped marked failed"),
+            Err(e) => tracing::warn!(error = %e, "cannot look for backtests whose process stopped"),
+        }
         tokio::select! {
             _ = cancel.cancelled() => break,
             _ = tokio::time::sleep(every) => {}
@@ -319,6 +326,13 @@ async fn prune_loop(
                     break;
                 }
             }
+        }
+        match store.snapshot_footprint().await {
+            Ok((docs, bytes)) => {
+                metrics.snapshots_stored.set(docs);
+                metrics.snapshot_bytes.set(bytes);
+            }
+            Err(e) => tracing::warn!(error = %e, "retention: cannot measure the stored snapshots"),
         }
     }
 }

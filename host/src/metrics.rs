@@ -153,6 +153,14 @@ metrics! {
     provider_callbacks: Family<OutcomeLabel, Counter> => "provider_callbacks", "Provider callbacks by outcome";
     /// Items sent to review because a provider never answered.
     provider_timeouts: Counter => "provider_timeouts", "Items sent to review because a provider never answered";
+    /// Stored evaluation snapshots, compressed bytes (measured by the retention task).
+    snapshot_bytes: Gauge => "snapshot_bytes", "Bytes of stored evaluation snapshots (compressed)";
+    /// Stored evaluation snapshots (measured by the retention task).
+    snapshots_stored: Gauge => "snapshots_stored", "Stored evaluation snapshots";
+    /// Backtests by how they ended: done, failed, cancelled.
+    backtests: Family<OutcomeLabel, Counter> => "backtests", "Backtests by how they ended";
+    /// Snapshots replayed by backtests in this process.
+    backtest_replays: Counter => "backtest_replays", "Snapshots replayed by backtests";
     /// Store transactions taken by group commit, by kind of write.
     store_batches: Family<KindLabel, Counter> => "store_batches", "Store transactions taken by group commit";
     /// Writes committed through group commit, by kind (divided by

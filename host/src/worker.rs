@@ -371,7 +371,8 @@ impl Worker {
         let mut jobs = tokio::task::JoinSet::new();
         for (i, id) in ids.iter().enumerate() {
             let Some(data) = by_id.remove(*id) else { continue };
-            let (registry, metrics, fail_closed) = (p.registry.clone(), p.metrics.clone(), p.evaluation.fail_closed);
+            let (registry, metrics) = (p.registry.clone(), p.metrics.clone());
+            let (fail_closed, keep) = (p.evaluation.fail_closed, p.evaluation.store_snapshots);
             let pool = p.pool.clone();
             let span = tracing::info_span!("item.evaluate", item = %id, version = data.item.version);
             jobs.spawn(async move {
@@ -380,7 +381,7 @@ impl Worker {
                         let _enter = span.enter();
                         let max = registry.engine().limits().max_snapshot_bytes;
                         let mut snapshot = snapshot_of(&data, Phase::Async, now, max);
-                        let judgement = judge(&registry, &mut snapshot, Phase::Async, fail_closed, &metrics);
+                        let judgement = judge(&registry, &mut snapshot, Phase::Async, fail_closed, keep, &metrics);
                         (data, judgement)
                     })
                     .await;

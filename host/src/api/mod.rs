@@ -4,6 +4,7 @@
 //! builder the router is made by.
 
 mod auth;
+mod backtests;
 mod delivery;
 mod error;
 mod events;
@@ -63,6 +64,8 @@ pub struct AppState {
     pub tokens: Arc<Tokens>,
     pub client_limiter: Arc<RateLimiter>,
     pub author_limiter: Arc<AuthorLimiter>,
+    /// Backtests run one at a time per process (see `backtests.rs`).
+    pub backtest_slots: Arc<tokio::sync::Semaphore>,
 }
 
 /// The parts an [`AppState`] is made of.
@@ -97,6 +100,7 @@ impl AppState {
             scheduler: p.scheduler,
             metrics: p.metrics,
             tokens: Arc::new(p.tokens),
+            backtest_slots: Arc::new(tokio::sync::Semaphore::new(1)),
         }
     }
 }
@@ -198,6 +202,27 @@ fn routes() -> Routes {
         Provider,
         post(providers::callback),
     )
+    .add(
+        Method::GET,
+        "/v1/items/{id}/replay",
+        Client,
+        get(backtests::replay_item),
+    )
+    .add(Method::POST, "/v1/backtests", Moderator, post(backtests::start))
+    .add(Method::GET, "/v1/backtests", Moderator, get(backtests::list))
+    .add(Method::GET, "/v1/backtests/{id}", Moderator, get(backtests::get_one))
+    .add(
+        Method::DELETE,
+        "/v1/backtests/{id}",
+        Moderator,
+        delete(backtests::cancel),
+    )
+    .add(
+        Method::GET,
+        "/v1/backtests/{id}/report.html",
+        Moderator,
+        get(backtests::report_html),
+    )
     .add(Method::GET, "/v1/plugins", Moderator, get(system::plugins))
     .add(
         Method::GET,
@@ -224,6 +249,8 @@ pub fn route_table() -> Vec<RouteInfo> {
         moderation::moderate, moderation::review_queue, moderation::evaluate_now,
         moderation::dead_letters, moderation::replay_dead_letter,
         delivery::changes, delivery::deliveries, delivery::replay_delivery, providers::callback,
+        backtests::replay_item, backtests::start, backtests::list, backtests::get_one, backtests::cancel,
+        backtests::report_html,
         system::plugins, system::plugin_history, system::healthz, system::readyz, system::metrics, system::openapi,
     ),
     components(schemas(ErrorBody)),

@@ -188,14 +188,18 @@ async fn sync_rules(
         provider_answers: Vec::new(),
         waiting_on: None,
     };
-    let (metrics, fail_closed, now) = (state.metrics.clone(), state.config.evaluation.fail_closed, item.now);
+    let (metrics, now) = (state.metrics.clone(), item.now);
+    let (fail_closed, keep) = (
+        state.config.evaluation.fail_closed,
+        state.config.evaluation.store_snapshots,
+    );
     let start_by = std::time::Instant::now() + registry.engine().limits().sync_deadline;
     let judged = state
         .pool
         .run_before(Some(start_by), move || {
             let max = registry.engine().limits().max_snapshot_bytes;
             let mut snapshot = snapshot_of(&data, Phase::Sync, now, max);
-            judge(&registry, &mut snapshot, Phase::Sync, fail_closed, &metrics)
+            judge(&registry, &mut snapshot, Phase::Sync, fail_closed, keep, &metrics)
         })
         .await
         .and_then(|j| j);

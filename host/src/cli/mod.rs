@@ -1,5 +1,6 @@
 //! The `gavel` command line.
 
+mod history;
 mod plugin;
 mod scaffold;
 
@@ -30,6 +31,8 @@ impl Cli {
         match self.command {
             Command::Plugin(PluginCommand::Bench { .. }) => "warn,plugin=off",
             Command::Plugin(_) => "warn,plugin=info",
+            // A backtest evaluates thousands of times: the rule's own lines would bury the summary.
+            Command::Backtest(_) | Command::Replay(_) => "warn,plugin=off",
             _ => "info",
         }
     }
@@ -43,6 +46,12 @@ pub enum Command {
     /// Work with plugin files (for rule authors).
     #[command(subcommand)]
     Plugin(PluginCommand),
+    /// Replay stored evaluations with a candidate plugin version and report
+    /// what would have changed (reads the store; writes nothing).
+    Backtest(history::BacktestArgs),
+    /// Every stored evaluation of one item, what each plugin decided, and
+    /// what a candidate decides on the same snapshot now.
+    Replay(history::ReplayArgs),
     /// Evaluations that failed in the host past their retry budget.
     DeadLetters {
         #[command(subcommand)]
@@ -132,6 +141,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugin(cmd) => plugin::run(cmd),
+        Command::Backtest(args) => tokio::runtime::Runtime::new()?.block_on(history::backtest(args)),
+        Command::Replay(args) => tokio::runtime::Runtime::new()?.block_on(history::replay(args)),
         Command::DeadLetters { command, flags } => {
             let config = crate::config::Config::load(&flags)?;
             tokio::runtime::Runtime::new()?.block_on(run_dead_letters(config, command))

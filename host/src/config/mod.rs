@@ -328,6 +328,10 @@ pub struct EvaluationConfig {
     /// When the oldest due item has waited longer than this, new submissions
     /// are held for review at once (degraded mode) instead of waiting.
     pub degraded_lag_ms: i64,
+    /// Store the snapshot every evaluation judged (compressed, deduplicated,
+    /// kept `retention.snapshots_ms`) with its decisions, so backtests and
+    /// `gavel replay` can judge it again.
+    pub store_snapshots: bool,
 }
 
 /// Debounce settings.
@@ -389,6 +393,7 @@ impl Default for EvaluationConfig {
             retry_base_ms: 500,
             retry_max_ms: 60_000,
             degraded_lag_ms: 60_000,
+            store_snapshots: true,
         }
     }
 }

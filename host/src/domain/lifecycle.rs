@@ -122,6 +122,30 @@ pub enum PluginEvent {
     },
 }
 
+super::string_enum! {
+    /// A backtest started through the API.
+    pub enum BacktestStatus("backtest status") {
+        /// Replaying (or waiting for the process's backtest slot).
+        Running = "running",
+        /// Finished; the report is stored.
+        Done = "done",
+        /// Stopped by an error, or its process went away.
+        Failed = "failed",
+        /// Cancelled by a moderator.
+        Cancelled = "cancelled",
+    }
+}
+
+super::string_enum! {
+    /// What a stored evaluation input holds.
+    pub enum InputKind("input document kind") {
+        /// A snapshot as the rules judged it, without config.
+        Snapshot = "snapshot",
+        /// One plugin's config.
+        Config = "config",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,5 +183,11 @@ mod tests {
             &strings(IdempotencyState::ALL, IdempotencyState::as_str),
         );
         assert_mirrors("events", "kind", &strings(EventKind::ALL, EventKind::as_str));
+        assert_mirrors(
+            "backtests",
+            "status",
+            &strings(BacktestStatus::ALL, BacktestStatus::as_str),
+        );
+        assert_mirrors("snapshots", "kind", &strings(InputKind::ALL, InputKind::as_str));
     }
 }

@@ -25,8 +25,8 @@ pub mod verdict;
 
 pub use evaluation::{DecisionPhase, Digest, Mode, Outcome, Phase};
 pub use lifecycle::{
-    CallbackResult, DeliveryStatus, EventKind, IdempotencyState, PluginEvent, PluginVersionStatus,
-    ProviderRequestStatus,
+    BacktestStatus, CallbackResult, DeliveryStatus, EventKind, IdempotencyState, InputKind, PluginEvent,
+    PluginVersionStatus, ProviderRequestStatus,
 };
 pub use status::{Actor, ItemStatus, can_transition};
 pub use verdict::Verdict;

@@ -31,7 +31,7 @@ pub use plugin::{LoadError, LoadErrorKind, LoadedPlugin, PluginInfo, valid_name}
 pub use pool::EvaluationPool;
 pub use registry::{LoadFailure, Manifest, RegisteredPlugin, Registry};
 pub use sandbox::thread_cpu_time;
-pub use snapshot::{fit_snapshot, snapshot_from_spec};
+pub use snapshot::{fit_snapshot, snapshot_from_spec, spec_from_snapshot};
 pub use watcher::PluginWatcher;
 
 use crate::domain::{Outcome, Verdict};

@@ -203,7 +203,32 @@ impl RuleEngine {
                 (component, false)
             }
         };
-        let compile_time = started.elapsed();
+        self.link(path, size, digest, component, started.elapsed(), from_cache)
+    }
+
+    /// A component of the compilation cache, by digest (an earlier version
+    /// whose file is gone): `None` when the cache does not hold it.
+    pub fn load_cached(&self, digest: &Digest) -> Option<Result<LoadedPlugin, LoadError>> {
+        let started = Instant::now();
+        let component = self.cache.as_ref()?.get(&self.engine, digest)?;
+        let path = PathBuf::from(format!("cache:{}", digest.to_hex()));
+        Some(
+            self.link(&path, 0, *digest, component, started.elapsed(), true)
+                .map_err(|kind| LoadError { path, kind }),
+        )
+    }
+
+    /// Checks a compiled component's imports against the contract, links
+    /// it and calls its `info()`.
+    fn link(
+        &self,
+        path: &Path,
+        size: u64,
+        digest: Digest,
+        component: Component,
+        compile_time: Duration,
+        from_cache: bool,
+    ) -> Result<LoadedPlugin, LoadErrorKind> {
         let imports = Imports::judge(component.component_type().imports(&self.engine).map(|(name, _)| name));
         if let Some(why) = imports.refusal() {
             return Err(LoadErrorKind::OutsideContract(why));

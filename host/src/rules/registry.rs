@@ -459,6 +459,26 @@ impl Registry {
         );
     }
 
+    /// A component file prepared as it would be deployed (its sidecar's
+    /// config and limits), but not registered: a backtest's candidate.
+    /// Blocking (compilation).
+    pub fn prepare_file(&self, path: &Path) -> Result<RegisteredPlugin, String> {
+        let bytes = read_regular_file(path, self.engine.limits().max_file_bytes)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        self.load_one(path, &bytes)
+    }
+
+    /// A compiled plugin prepared with the default settings (no sidecar):
+    /// a candidate from the compilation cache.
+    pub fn prepare_loaded(&self, plugin: LoadedPlugin) -> RegisteredPlugin {
+        self.register_with(
+            plugin,
+            &Manifest::default(),
+            Vec::new(),
+            self.engine.limits().memory_bytes,
+        )
+    }
+
     fn load_one(&self, path: &Path, bytes: &[u8]) -> Result<RegisteredPlugin, String> {
         let manifest = Manifest::for_component(path)?;
         let config = manifest.config_pairs()?;
@@ -471,7 +491,18 @@ impl Registry {
                 super::MEMORY_CEILING_BYTES
             ));
         }
-        Ok(RegisteredPlugin {
+        Ok(self.register_with(plugin, &manifest, config, memory_bytes))
+    }
+
+    fn register_with(
+        &self,
+        plugin: LoadedPlugin,
+        manifest: &Manifest,
+        config: Vec<(String, String)>,
+        memory_bytes: usize,
+    ) -> RegisteredPlugin {
+        let limits = self.engine.limits();
+        RegisteredPlugin {
             phases: manifest.phases.clone().unwrap_or_else(|| plugin.info.phases.clone()),
             mode: manifest.mode,
             enabled: manifest.enabled,
@@ -494,7 +525,7 @@ impl Registry {
             evaluations: AtomicU64::new(0),
             disagreements: AtomicU64::new(0),
             plugin,
-        })
+        }
     }
 
     /// Compiles on a helper thread and gives up after `compile_timeout`: a

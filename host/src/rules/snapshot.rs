@@ -50,6 +50,49 @@ pub fn snapshot_from_spec(spec: &SnapshotSpec) -> Snapshot {
     }
 }
 
+/// The JSON form of a WIT snapshot, the inverse of [`snapshot_from_spec`]
+/// for every snapshot the host builds (context keys and counter names are
+/// unique there, and the JSON form keeps them sorted). Serialized with
+/// `serde_json`, it is the canonical encoding stored snapshots are named by.
+pub fn spec_from_snapshot(s: &Snapshot) -> SnapshotSpec {
+    use gavel_plugin_sdk::spec::{AuthorSpec, EventSpec, ItemSpec};
+    SnapshotSpec {
+        item: ItemSpec {
+            id: s.item.id.clone(),
+            kind: s.item.kind.clone(),
+            author: s.item.author.clone(),
+            text: s.item.text.clone(),
+            text_truncated: s.item.text_truncated,
+            context: s.item.context.iter().cloned().collect(),
+            created_at_ms: s.item.created_at_ms,
+            version: s.item.version,
+        },
+        counters: s.counters.iter().cloned().collect(),
+        author: AuthorSpec {
+            recent_items: s.author.recent_items,
+            rejected_items: s.author.rejected_items,
+            held_items: s.author.held_items,
+        },
+        duplicate_count: s.duplicate_count,
+        trigger: s
+            .trigger
+            .iter()
+            .map(|e| EventSpec {
+                kind: e.kind.clone(),
+                actor: e.actor.clone(),
+                at_ms: e.at_ms,
+            })
+            .collect(),
+        config: s.config.iter().cloned().collect(),
+        phase: match s.phase {
+            Phase::Sync => "sync",
+            Phase::Async => "async",
+        }
+        .to_string(),
+        now_ms: s.now_ms,
+    }
+}
+
 /// Cuts `snapshot` to about `max_bytes`: keeps the most recent trigger
 /// events, bounds the context, then truncates the text (setting
 /// `text_truncated`). Counters and config are never cut.
@@ -108,6 +151,23 @@ mod tests {
         assert!(s.item.text.len() <= 64 << 10);
         assert!(s.item.text.len() > 60 << 10);
         assert!(s.item.text.chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn the_json_form_round_trips() {
+        let mut spec = SnapshotSpec::default();
+        spec.item.text = "hello".into();
+        spec.item.context.insert("lang".into(), "en".into());
+        spec.counters.insert("flag".into(), 3);
+        spec.config.insert("threshold".into(), "2".into());
+        spec.phase = "sync".into();
+        spec.now_ms = 42;
+        spec.trigger.push(gavel_plugin_sdk::spec::EventSpec {
+            kind: "flag".into(),
+            actor: "u1".into(),
+            at_ms: 40,
+        });
+        assert_eq!(spec_from_snapshot(&snapshot_from_spec(&spec)), spec);
     }
 
     #[test]

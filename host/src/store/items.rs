@@ -63,8 +63,9 @@ pub struct NewDecision {
     pub error: Option<String>,
     /// When the rule decided (stored as the decision's `created_at`).
     pub decided_at: Millis,
-    /// sha256 of the stored snapshot this decision judged, if kept.
-    pub snapshot_digest: Option<String>,
+    /// What the rule judged, stored with the decision when
+    /// `evaluation.store_snapshots` is on (see [`super::history`]).
+    pub inputs: Option<super::DecisionInputs>,
 }
 
 /// A stored decision.
@@ -90,6 +91,11 @@ pub struct DecisionRecord {
     pub created_at: Millis,
     /// When a moderator overturned the status this decision drove.
     pub reversed_at: Option<Millis>,
+    /// sha256 (hex) of the stored snapshot the rule judged (`null` when
+    /// none was stored); `gavel replay` judges it again.
+    pub snapshot_digest: Option<String>,
+    /// sha256 (hex) of the plugin config the rule ran with.
+    pub config_digest: Option<String>,
 }
 
 /// A stored transition: the audit trail.

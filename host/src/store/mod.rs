@@ -19,6 +19,7 @@
 //! - [`outbox`]: the changes feed and webhook deliveries ([`Outbox`]).
 //! - [`providers`]: hand-offs to external classifiers and their callbacks ([`Providers`]).
 //! - [`plugins`]: which code ran when, and its figures ([`PluginHistory`]).
+//! - [`history`]: the input of every evaluation, and backtest runs ([`History`]).
 //! - [`retention`]: what is deleted when ([`Retention`]).
 //! - [`review`]: the moderator console's sessions, review claims and reads ([`Review`]).
 //! - `shared`: the transaction helpers every capability uses (audit rows,
@@ -31,6 +32,7 @@ mod dialect;
 pub mod evaluations;
 pub mod events;
 mod group;
+pub mod history;
 pub mod idempotency;
 pub mod items;
 pub mod outbox;
@@ -47,6 +49,7 @@ pub mod submissions;
 pub use evaluations::*;
 pub use events::*;
 pub use group::{GroupCommit, Writes};
+pub use history::*;
 pub use idempotency::*;
 pub use items::*;
 pub use outbox::*;
@@ -151,6 +154,7 @@ pub trait ItemStore:
     + Outbox
     + Providers
     + PluginHistory
+    + History
     + Retention
     + Review
 {
@@ -166,6 +170,7 @@ impl<T> ItemStore for T where
         + Outbox
         + Providers
         + PluginHistory
+        + History
         + Retention
         + Review
 {

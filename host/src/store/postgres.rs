@@ -83,3 +83,4 @@ super::providers::impl_providers!(PgStore, Postgres, PgRow);
 super::plugins::impl_plugin_history!(PgStore, Postgres, PgRow);
 super::retention::impl_retention!(PgStore, Postgres, PgRow);
 super::review::impl_review!(PgStore, Postgres, PgRow);
+super::history::impl_history!(PgStore, Postgres, PgRow);

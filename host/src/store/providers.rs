@@ -281,7 +281,7 @@ macro_rules! impl_providers {
                     outcome: Outcome::Ok,
                     error: None,
                     decided_at: cb.now,
-                    snapshot_digest: None,
+                    inputs: None,
                 };
                 txn::insert_decisions(tx, &[(cb.item_id.as_str(), item_version, &decision)]).await?;
                 sqlx::query(

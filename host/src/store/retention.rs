@@ -1,7 +1,8 @@
 //! What gavel deletes, and when: expired idempotency keys, delivered
 //! webhook deliveries and the outbox rows behind them, events already
 //! evaluated, provider callbacks, after their configured retention; and the
-//! console's expired sessions and claims, and skips of decided items. Each
+//! console's expired sessions and claims, and skips of decided items;
+//! evaluation snapshots and finished backtests. Each
 //! run deletes in bounded chunks, so a transaction (on SQLite, the write
 //! lock) stays short; the background task runs until a table is caught up.
 
@@ -24,6 +25,9 @@ pub struct RetentionPolicy {
     pub events_ms: Option<i64>,
     /// Provider callbacks (their effect stays in decisions and transitions).
     pub callbacks_ms: Option<i64>,
+    /// Stored evaluation snapshots (a backtest counts decisions whose
+    /// snapshot is gone `not_replayable`), and finished backtests.
+    pub snapshots_ms: Option<i64>,
     /// Rows deleted per table per statement.
     pub chunk: i64,
 }
@@ -37,6 +41,7 @@ impl Default for RetentionPolicy {
             outbox_ms: Some(7 * DAY),
             events_ms: Some(30 * DAY),
             callbacks_ms: Some(30 * DAY),
+            snapshots_ms: Some(30 * DAY),
             chunk: 5_000,
         }
     }
@@ -56,11 +61,15 @@ pub struct Pruned {
     pub review_claims: u64,
     /// Skips of items no longer held for review.
     pub review_skips: u64,
+    /// Evaluation snapshots past their retention.
+    pub snapshots: u64,
+    /// Finished backtests past the snapshots' retention.
+    pub backtests: u64,
 }
 
 impl Pruned {
     /// (table, rows) pairs, for metrics and logs.
-    pub fn tables(&self) -> [(&'static str, u64); 8] {
+    pub fn tables(&self) -> [(&'static str, u64); 10] {
         [
             ("idempotency_keys", self.idempotency_keys),
             ("deliveries", self.deliveries),
@@ -70,6 +79,8 @@ impl Pruned {
             ("console_sessions", self.console_sessions),
             ("review_claims", self.review_claims),
             ("review_skips", self.review_skips),
+            ("snapshots", self.snapshots),
+            ("backtests", self.backtests),
         ]
     }
 
@@ -162,6 +173,24 @@ macro_rules! impl_retention {
                             self,
                             "DELETE FROM provider_callbacks WHERE id IN (SELECT id FROM provider_callbacks \
                              WHERE received_at < $1 LIMIT $2)",
+                            Some(now - keep),
+                            p.chunk,
+                        )
+                        .await?;
+                    }
+                    if let Some(keep) = p.snapshots_ms {
+                        out.snapshots = delete(
+                            self,
+                            "DELETE FROM snapshots WHERE digest IN (SELECT digest FROM snapshots \
+                             WHERE kind = 'snapshot' AND used_at < $1 LIMIT $2)",
+                            Some(now - keep),
+                            p.chunk,
+                        )
+                        .await?;
+                        out.backtests = delete(
+                            self,
+                            "DELETE FROM backtests WHERE id IN (SELECT id FROM backtests \
+                             WHERE status <> 'running' AND finished_at < $1 LIMIT $2)",
                             Some(now - keep),
                             p.chunk,
                         )

@@ -29,7 +29,8 @@ pub(super) const ITEM_COLUMNS: &str = "id, client, external_id, kind, author, bo
      updated_at";
 
 pub(super) const DECISION_COLUMNS: &str = "id, item_id, item_version, plugin, plugin_version, plugin_digest, phase, \
-     verdict, score, labels, reason, mode, applied, duration_us, outcome, error, created_at, reversed_at";
+     verdict, score, labels, reason, mode, applied, duration_us, outcome, error, created_at, reversed_at, snapshot_digest, \
+     config_digest";
 
 pub(super) const TRANSITION_COLUMNS: &str = "id, item_id, from_status, to_status, version, cause, actor, actor_name, \
      actor_note, reason, correlation_id, created_at";
@@ -100,8 +101,8 @@ macro_rules! impl_shared {
                         format!(
                             "INSERT INTO decisions (item_id, item_version, plugin, plugin_version, plugin_digest, \
                              phase, verdict, score, labels, reason, mode, applied, duration_us, outcome, error, \
-                             created_at, snapshot_digest) VALUES {}",
-                            values(n, 17)
+                             created_at, snapshot_digest, config_digest) VALUES {}",
+                            values(n, 18)
                         )
                     });
                     let mut q = sqlx::query(sql);
@@ -123,7 +124,47 @@ macro_rules! impl_shared {
                             .bind(d.outcome.as_str())
                             .bind(d.error.as_deref())
                             .bind(d.decided_at)
-                            .bind(d.snapshot_digest.as_deref());
+                            .bind(d.inputs.as_ref().map(|i| i.snapshot.digest.as_str()))
+                            .bind(d.inputs.as_ref().map(|i| i.config.digest.as_str()));
+                    }
+                    q.execute(&mut **tx).await?;
+                }
+                let docs = rows.iter().filter_map(|(_, _, d)| d.inputs.as_ref());
+                insert_input_docs(tx, docs, rows.iter().map(|(_, _, d)| d.decided_at).max().unwrap_or(0)).await
+            }
+
+            /// Stores the documents the decisions name, each once: a document
+            /// already stored is left as it is (`DO NOTHING` takes no row lock,
+            /// so concurrent batches sharing a config never wait on each other).
+            pub(crate) async fn insert_input_docs<'d>(
+                tx: &mut Tx<'_>,
+                inputs: impl Iterator<Item = &'d DecisionInputs>,
+                now: Millis,
+            ) -> StoreResult<()> {
+                let mut docs: Vec<&InputDoc> = inputs.flat_map(|i| [&*i.snapshot, &*i.config]).collect();
+                // Sorted, so concurrent inserts of the same new documents lock in one order.
+                docs.sort_unstable_by(|a, b| a.digest.cmp(&b.digest));
+                docs.dedup_by(|a, b| a.digest == b.digest);
+                let mut rest = docs.as_slice();
+                for size in chunk_sizes(docs.len()) {
+                    let (chunk, tail) = rest.split_at(size);
+                    rest = tail;
+                    let sql = STATEMENTS.get("input_docs", size, |n| {
+                        format!(
+                            "INSERT INTO snapshots (digest, kind, body, bytes, stored_bytes, used_at) VALUES {} \
+                             ON CONFLICT (digest) DO NOTHING",
+                            values(n, 6)
+                        )
+                    });
+                    let mut q = sqlx::query(sql);
+                    for d in chunk {
+                        q = q
+                            .bind(d.digest.as_str())
+                            .bind(d.kind.as_str())
+                            .bind(d.body.as_slice())
+                            .bind(d.bytes)
+                            .bind(d.body.len() as i64)
+                            .bind(now);
                     }
                     q.execute(&mut **tx).await?;
                 }
@@ -343,6 +384,8 @@ macro_rules! impl_shared {
                     error: row.try_get("error")?,
                     created_at: row.try_get("created_at")?,
                     reversed_at: row.try_get("reversed_at")?,
+                    snapshot_digest: row.try_get("snapshot_digest")?,
+                    config_digest: row.try_get("config_digest")?,
                 })
             }
 

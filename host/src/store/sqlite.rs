@@ -145,3 +145,4 @@ super::providers::impl_providers!(SqliteStore, Sqlite, SqliteRow);
 super::plugins::impl_plugin_history!(SqliteStore, Sqlite, SqliteRow);
 super::retention::impl_retention!(SqliteStore, Sqlite, SqliteRow);
 super::review::impl_review!(SqliteStore, Sqlite, SqliteRow);
+super::history::impl_history!(SqliteStore, Sqlite, SqliteRow);

@@ -31,7 +31,7 @@ fn project() -> PathBuf {
 /// `npm ci` in `tests/console`, once per test binary, unless its
 /// node_modules is at least as new as the lock file (npm ci writes
 /// `node_modules/.package-lock.json` last, so its age is the install's).
-fn npm_ci() -> &'static Result<(), String> {
+pub(crate) fn npm_ci() -> &'static Result<(), String> {
     static INSTALLED: OnceLock<Result<(), String>> = OnceLock::new();
     INSTALLED.get_or_init(|| {
         let dir = project();

@@ -123,7 +123,7 @@ pub(crate) fn decision(plugin: &str) -> NewDecision {
         outcome: Outcome::Ok,
         error: None,
         decided_at: now_ms(),
-        snapshot_digest: None,
+        inputs: None,
     }
 }
 

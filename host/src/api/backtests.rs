@@ -1,0 +1,451 @@
+//! Backtests over HTTP (`/v1/backtests`) and one item's replay
+//! (`/v1/items/{id}/replay`). A backtest runs in the background of the
+//! process that accepted it, one at a time per process (the candidate's
+//! evaluations on one blocking thread), and keeps its record in the store,
+//! so any process answers `GET` and `DELETE`. The runner beats the record's
+//! heartbeat; a record whose heartbeat stopped (its process went away) is
+//! marked failed by the retention task.
+
+use super::AppState;
+use super::auth::{Caller, Moderator};
+use super::error::{ApiError, ErrorBody, Json, Path, Query};
+use super::validate;
+use crate::backtest::{self, Candidate, ItemReplay, Progress, Report};
+use crate::clock::now_ms;
+use crate::domain::BacktestStatus;
+use crate::store::{BacktestRecord, SharedStore};
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+use utoipa::{IntoParams, ToSchema};
+
+/// How often a running backtest beats its record (and notices a cancel).
+const HEARTBEAT: Duration = Duration::from_secs(2);
+/// The default window: the last week.
+const DEFAULT_WINDOW_MS: i64 = 7 * 86_400_000;
+/// The largest sample one request may ask for.
+const MAX_SAMPLE: u64 = 1_000_000;
+
+/// A backtest to start.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BacktestRequest {
+    /// A plugin loaded in this process, by name or sha256 (hex, optionally
+    /// `sha256:`-prefixed), or a component of the compilation cache by sha256.
+    #[schema(min_length = 1, max_length = 128)]
+    pub candidate: String,
+    /// The plugin whose decisions it replaces (default: its own name).
+    #[schema(min_length = 1, max_length = 64)]
+    pub replaces: Option<String>,
+    /// Config pairs on top of the candidate's config.
+    #[serde(default)]
+    pub config: BTreeMap<String, String>,
+    /// Start of the window, ms since the epoch (default: a week ago).
+    pub since_ms: Option<i64>,
+    /// End of the window, excluded (default: now).
+    pub until_ms: Option<i64>,
+    /// Evaluations to draw at random (reproducibly) from the window
+    /// (default 10,000 unless `all`).
+    #[schema(minimum = 1, maximum = 1_000_000)]
+    pub sample: Option<u64>,
+    /// Replay every evaluation of the window.
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// A backtest just accepted.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct BacktestAccepted {
+    pub id: String,
+    pub status: BacktestStatus,
+    /// The candidate as found: `NAME VERSION (sha256:…)`.
+    pub candidate: String,
+}
+
+/// Backtests, newest first (without their reports).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BacktestList {
+    pub backtests: Vec<BacktestRecord>,
+}
+
+/// Finds a candidate (linking a cached component is blocking work).
+async fn find_candidate(state: &AppState, name: &str) -> Result<Candidate, ApiError> {
+    let (registry, name) = (state.registry.clone(), name.to_string());
+    let found = tokio::task::spawn_blocking(move || Candidate::find(&registry, &name))
+        .await
+        .map_err(|_| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "candidate lookup failed"))?;
+    match found {
+        Some(Ok(c)) => Ok(c),
+        Some(Err(e)) => Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "candidate_not_loadable",
+            format!("the cached component does not load: {e}"),
+        )),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_candidate",
+            "no plugin of that name or digest is loaded or cached",
+        )),
+    }
+}
+
+fn check(req: &BacktestRequest, now: i64) -> Result<backtest::Request, ApiError> {
+    let invalid = |m: String| ApiError::bad_request("invalid_body", m);
+    validate::identifier("candidate", &req.candidate, 128)?;
+    if let Some(r) = &req.replaces
+        && !crate::rules::valid_name(r)
+    {
+        return Err(invalid(
+            "`replaces` must be a plugin name: 1-64 lowercase letters, digits and '-'".into(),
+        ));
+    }
+    for (k, v) in &req.config {
+        validate::identifier("config key", k, 128)?;
+        validate::text(&format!("config.{k}"), v, 4096)?;
+    }
+    let until_ms = req.until_ms.unwrap_or(now);
+    let since_ms = req.since_ms.unwrap_or(until_ms.saturating_sub(DEFAULT_WINDOW_MS));
+    if since_ms >= until_ms {
+        return Err(invalid("`since_ms` must be before `until_ms`".into()));
+    }
+    if req.all && req.sample.is_some() {
+        return Err(invalid("give `sample` or `all`, not both".into()));
+    }
+    if let Some(n) = req.sample
+        && !(1..=MAX_SAMPLE).contains(&n)
+    {
+        return Err(invalid(format!("`sample` must be 1-{MAX_SAMPLE}")));
+    }
+    Ok(backtest::Request {
+        replaces: req.replaces.clone(),
+        overrides: req.config.clone().into_iter().collect(),
+        since_ms,
+        until_ms,
+        sample: if req.all {
+            None
+        } else {
+            Some(req.sample.unwrap_or(backtest::DEFAULT_SAMPLE))
+        },
+        fail_closed: false,
+    })
+}
+
+/// Start a backtest: replay stored evaluations with a candidate version in
+/// the background, never writing a decision, transition or webhook. Poll
+/// `GET /v1/backtests/{id}` for progress and the report.
+#[utoipa::path(
+    post, path = "/v1/backtests", tag = "moderator",
+    request_body = BacktestRequest,
+    responses(
+        (status = 202, body = BacktestAccepted), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn start(
+    State(state): State<AppState>,
+    Moderator(caller): Moderator,
+    Json(req): Json<BacktestRequest>,
+) -> Result<Response, ApiError> {
+    let now = now_ms();
+    let mut request = check(&req, now)?;
+    request.fail_closed = state.config.evaluation.fail_closed;
+    let candidate = find_candidate(&state, &req.candidate).await?;
+    let id = uuid::Uuid::now_v7().to_string();
+    let label = candidate.label();
+    let body = serde_json::to_value(&req).expect("a request serializes");
+    state
+        .store
+        .create_backtest(&id, &body, &label, &caller.name, now)
+        .await?;
+    tracing::info!(backtest = %id, candidate = %label, moderator = %caller.name, "backtest started");
+    tokio::spawn(run(state.clone(), id.clone(), candidate, request));
+    let mut response = (
+        StatusCode::ACCEPTED,
+        axum::Json(BacktestAccepted {
+            id: id.clone(),
+            status: BacktestStatus::Running,
+            candidate: label,
+        }),
+    )
+        .into_response();
+    if let Ok(location) = HeaderValue::from_str(&format!("/v1/backtests/{id}")) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
+}
+
+/// Progress shared between the runner and its heartbeat.
+#[derive(Default)]
+struct Shared {
+    done: AtomicU64,
+    total: AtomicU64,
+    cancelled: Arc<AtomicBool>,
+}
+
+struct Beat(Arc<Shared>);
+
+#[async_trait::async_trait]
+impl Progress for Beat {
+    async fn advance(&mut self, done: u64, total: u64) -> bool {
+        self.0.done.store(done, Ordering::Relaxed);
+        self.0.total.store(total, Ordering::Relaxed);
+        !self.0.cancelled.load(Ordering::Relaxed)
+    }
+
+    fn cancel_flag(&self) -> Option<Arc<AtomicBool>> {
+        Some(self.0.cancelled.clone())
+    }
+}
+
+/// Beats the record every [`HEARTBEAT`] with the progress; notices a cancel.
+async fn heartbeat(store: SharedStore, id: String, shared: Arc<Shared>) {
+    loop {
+        tokio::time::sleep(HEARTBEAT).await;
+        let (done, total) = (
+            shared.done.load(Ordering::Relaxed),
+            shared.total.load(Ordering::Relaxed),
+        );
+        match store.backtest_progress(&id, done as i64, total as i64, now_ms()).await {
+            Ok(true) => {}
+            Ok(false) => {
+                shared.cancelled.store(true, Ordering::Relaxed);
+                return;
+            }
+            Err(e) => tracing::warn!(backtest = %id, error = %e, "cannot record backtest progress"),
+        }
+    }
+}
+
+/// Runs one backtest to its end (waiting for this process's backtest slot first).
+async fn run(state: AppState, id: String, candidate: Candidate, request: backtest::Request) {
+    let shared = Arc::new(Shared::default());
+    let beat = tokio::spawn(heartbeat(state.store.clone(), id.clone(), shared.clone()));
+    let permit = state.backtest_slots.clone().acquire_owned().await;
+    let result = match permit {
+        Ok(_permit) => {
+            let mut progress = Beat(shared.clone());
+            let engine = state.registry.engine().clone();
+            backtest::run(state.store.as_ref(), engine, &candidate, &request, &mut progress).await
+        }
+        Err(_) => Err(backtest::BacktestError::Failed("the process is shutting down".into())),
+    };
+    beat.abort();
+    let now = now_ms();
+    let progress = crate::store::BacktestProgress {
+        done: shared.done.load(Ordering::Relaxed) as i64,
+        total: shared.total.load(Ordering::Relaxed) as i64,
+    };
+    let (outcome, ended) = match result {
+        Ok(report) => {
+            let value = serde_json::to_value(&report).expect("a report serializes");
+            state.metrics.backtest_replays.inc_by(report.sample.replayed);
+            let ended = state
+                .store
+                .finish_backtest(&id, BacktestStatus::Done, progress, Some(&value), None, now)
+                .await;
+            ("done", ended)
+        }
+        Err(backtest::BacktestError::Cancelled) => ("cancelled", Ok(true)),
+        Err(e) => {
+            let ended = state
+                .store
+                .finish_backtest(&id, BacktestStatus::Failed, progress, None, Some(&e.to_string()), now)
+                .await;
+            ("failed", ended)
+        }
+    };
+    state
+        .metrics
+        .backtests
+        .get_or_create(&crate::metrics::OutcomeLabel { outcome })
+        .inc();
+    match ended {
+        Ok(true) => tracing::info!(backtest = %id, outcome, "backtest ended"),
+        // Cancelled meanwhile: the record already says so.
+        Ok(false) => tracing::info!(backtest = %id, "backtest cancelled"),
+        Err(e) => tracing::error!(backtest = %id, error = %e, "cannot record the end of a backtest"),
+    }
+}
+
+fn backtest_id(id: &str) -> Result<(), ApiError> {
+    uuid::Uuid::parse_str(id)
+        .map(|_| ())
+        .map_err(|_| ApiError::bad_request("invalid_path", "a backtest id is a UUID"))
+}
+
+/// A backtest: its status, progress and, once done, its report.
+#[utoipa::path(
+    get, path = "/v1/backtests/{id}", tag = "moderator",
+    params(("id" = String, Path, pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")),
+    responses(
+        (status = 200, body = BacktestRecord), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn get_one(
+    State(state): State<AppState>,
+    _moderator: Moderator,
+    Path(id): Path<String>,
+) -> Result<Json<BacktestRecord>, ApiError> {
+    backtest_id(&id)?;
+    let record = state
+        .store
+        .backtest(&id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("backtest"))?;
+    Ok(Json(record))
+}
+
+/// Backtests, newest first (the latest 100, without their reports).
+#[utoipa::path(
+    get, path = "/v1/backtests", tag = "moderator",
+    responses(
+        (status = 200, body = BacktestList), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn list(State(state): State<AppState>, _moderator: Moderator) -> Result<Json<BacktestList>, ApiError> {
+    Ok(Json(BacktestList {
+        backtests: state.store.backtests(100).await?,
+    }))
+}
+
+/// Cancel a running backtest (it stops within seconds, keeping no report).
+/// Cancelling a cancelled backtest answers it as it is; one that finished
+/// (done or failed) is a conflict.
+#[utoipa::path(
+    delete, path = "/v1/backtests/{id}", tag = "moderator",
+    params(("id" = String, Path, pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")),
+    responses(
+        (status = 200, body = BacktestRecord), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn cancel(
+    State(state): State<AppState>,
+    Moderator(caller): Moderator,
+    Path(id): Path<String>,
+) -> Result<Json<BacktestRecord>, ApiError> {
+    backtest_id(&id)?;
+    let record = state
+        .store
+        .cancel_backtest(&id, now_ms())
+        .await?
+        .ok_or_else(|| ApiError::not_found("backtest"))?;
+    match record.status {
+        BacktestStatus::Cancelled => {
+            tracing::info!(backtest = %id, moderator = %caller.name, "backtest cancelled");
+            Ok(Json(record))
+        }
+        other => Err(ApiError::conflict(
+            "not_running",
+            format!("the backtest has already ended: {other}"),
+        )),
+    }
+}
+
+/// The report of a finished backtest as one self-contained HTML page.
+#[utoipa::path(
+    get, path = "/v1/backtests/{id}/report.html", tag = "moderator",
+    params(("id" = String, Path, pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")),
+    responses(
+        (status = 200, content_type = "text/html", body = String), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody), (status = 503, body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn report_html(
+    State(state): State<AppState>,
+    _moderator: Moderator,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    backtest_id(&id)?;
+    let record = state
+        .store
+        .backtest(&id)
+        .await?
+        .ok_or_else(|| ApiError::not_found("backtest"))?;
+    let Some(report) = record.report else {
+        return Err(ApiError::conflict(
+            "no_report",
+            format!("the backtest has no report: it is {}", record.status),
+        ));
+    };
+    let report: Report = serde_json::from_value(report).map_err(|e| {
+        tracing::error!(backtest = %id, error = %e, "stored backtest report unreadable");
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "stored report unreadable",
+        )
+    })?;
+    let mut response = backtest::html::render(&report).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'none'; style-src 'unsafe-inline'"),
+    );
+    Ok(response)
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ReplayQuery {
+    /// Also judge each stored snapshot with this plugin (loaded or cached,
+    /// by name or sha256).
+    pub candidate: Option<String>,
+}
+
+/// Every stored evaluation of an item (the newest 200): the snapshot the
+/// rules judged, what each plugin decided, and what `candidate` decides on
+/// the same snapshot now. Client tokens see their own items.
+#[utoipa::path(
+    get, path = "/v1/items/{id}/replay", tag = "items",
+    params(("id" = String, Path), ReplayQuery),
+    responses(
+        (status = 200, body = ItemReplay), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody), (status = 503, body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn replay_item(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    Query(q): Query<ReplayQuery>,
+) -> Result<Json<ItemReplay>, ApiError> {
+    validate::path_id("id", &id)?;
+    if !state.store.item(&id).await?.is_some_and(|i| caller.may_read(&i.client)) {
+        return Err(ApiError::not_found("item"));
+    }
+    let candidate = match q.candidate.as_deref() {
+        Some(c) => {
+            validate::identifier("candidate", c, 128)?;
+            Some(find_candidate(&state, c).await?)
+        }
+        None => None,
+    };
+    let replay = backtest::replay_item(state.store.as_ref(), state.registry.engine(), &id, candidate.as_ref())
+        .await
+        .map_err(|e| match e {
+            backtest::BacktestError::Store(e) => ApiError::from(e),
+            other => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", other.to_string()),
+        })?;
+    Ok(Json(replay))
+}

@@ -1,0 +1,763 @@
+//! Judging stored evaluations again: the tally of a backtest, chunk by
+//! chunk, and the step-by-step replay of one item's history.
+
+use super::report::{
+    Example, Fidelity, Flips, Latencies, Latency, Matrix, Moderators, Report, Sample, VersionRef, Window,
+};
+use super::{BacktestError, Candidate, Request, config_map, phase_of};
+use crate::clock::Millis;
+use crate::domain::{ItemStatus, Mode, Outcome, Phase, Verdict};
+use crate::rules::{Evaluation, RuleEngine, Snapshot, snapshot_from_spec};
+use crate::store::{DecisionRecord, History, ItemDecision, ReplayUnit, StoreError};
+use gavel_plugin_sdk::spec::SnapshotSpec;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Examples kept per flip bucket.
+const EXAMPLES: usize = 20;
+/// Characters of text in an example.
+const EXCERPT_CHARS: usize = 160;
+
+/// Whether a status takes the item down (held for review or rejected).
+fn actioned(status: ItemStatus) -> bool {
+    matches!(status, ItemStatus::HeldForReview | ItemStatus::Rejected)
+}
+
+/// Whether a verdict takes the item down.
+fn actions(verdict: Option<Verdict>) -> bool {
+    matches!(verdict, Some(Verdict::Hold | Verdict::Reject))
+}
+
+/// A decision's verdict as it counts when combined: a failed evaluation is
+/// `hold` when fail-closed; `defer` does not count in the sync phase.
+fn counted(outcome: Outcome, verdict: Option<Verdict>, phase: Phase, fail_closed: bool) -> Option<Verdict> {
+    let v = match (outcome, verdict) {
+        (Outcome::Ok, v) => v,
+        (o, _) if fail_closed && o.is_failure() => Some(Verdict::Hold),
+        _ => None,
+    };
+    v.filter(|v| !(phase == Phase::Sync && *v == Verdict::Defer))
+}
+
+/// The status enforcing verdicts settle an item in (with the item's sync
+/// verdict in the async phase, as the worker combines them).
+fn combine(verdicts: impl Iterator<Item = Option<Verdict>>, phase: Phase, sync: Option<Verdict>) -> ItemStatus {
+    let sync = if phase == Phase::Async { sync } else { None };
+    let v = Verdict::most_severe(verdicts.flatten().chain(sync));
+    v.map_or(ItemStatus::Visible, ItemStatus::for_verdict)
+}
+
+/// The item's sync-phase decisions in force before decision `before`: those
+/// of its latest sync evaluation (one snapshot, or one time) before it.
+fn sync_before<'a>(decisions: &'a [ItemDecision], item: &str, before: i64) -> Vec<&'a DecisionRecord> {
+    let earlier = decisions
+        .iter()
+        .filter(|d| d.item_id == item && d.decision.id < before)
+        .map(|d| &d.decision)
+        .filter(|d| d.phase == crate::domain::DecisionPhase::Sync);
+    let Some(last) = earlier.clone().max_by_key(|d| d.id) else {
+        return Vec::new();
+    };
+    earlier
+        .filter(|d| match (&d.snapshot_digest, &last.snapshot_digest) {
+            (Some(a), Some(b)) => a == b,
+            _ => d.created_at == last.created_at,
+        })
+        .collect()
+}
+
+/// A decision as one word: its verdict, or how it failed.
+fn word(outcome: Outcome, verdict: Option<Verdict>) -> String {
+    match (outcome, verdict) {
+        (Outcome::Ok, Some(v)) => v.as_str().to_string(),
+        (o, _) => o.as_str().to_string(),
+    }
+}
+
+fn bump(m: &mut Matrix, from: &str, to: &str) {
+    *m.entry(from.to_string())
+        .or_default()
+        .entry(to.to_string())
+        .or_default() += 1;
+}
+
+fn excerpt(text: &str) -> String {
+    text.chars().take(EXCERPT_CHARS).collect()
+}
+
+/// The snapshot a stored evaluation judged, with `config` in place.
+fn rebuild(json: &[u8], config: BTreeMap<String, String>) -> Result<(SnapshotSpec, Snapshot), String> {
+    let mut spec: SnapshotSpec = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+    spec.config = config;
+    let snapshot = snapshot_from_spec(&spec);
+    Ok((spec, snapshot))
+}
+
+/// The config the candidate runs with on a decision: its own (or the stored
+/// one), then the overrides.
+fn config_for(
+    candidate: &Candidate,
+    overrides: &[(String, String)],
+    stored: Option<&[u8]>,
+) -> Result<BTreeMap<String, String>, String> {
+    let mut config = match (&candidate.config, stored) {
+        (Some(own), _) => config_map(own),
+        (None, Some(json)) => serde_json::from_slice(json).map_err(|e| format!("stored config: {e}"))?,
+        (None, None) => BTreeMap::new(),
+    };
+    config.extend(overrides.iter().cloned());
+    Ok(config)
+}
+
+/// The last replayed evaluation of an item before a moderator decided it.
+#[derive(Debug, Clone, Copy)]
+struct Reviewed {
+    at: Millis,
+    old_actioned: bool,
+    new_actioned: bool,
+    incumbent_actioned: bool,
+    incumbent_reversed: bool,
+    candidate_actioned: bool,
+}
+
+/// What moderators did to an item: when they first decided, and their last status.
+#[derive(Debug, Clone, Copy)]
+struct ModeratorView {
+    first_at: Millis,
+    last: ItemStatus,
+}
+
+/// One evaluation ready for the candidate.
+struct Prepared {
+    decision: DecisionRecord,
+    item_id: String,
+    phase: Phase,
+    spec: SnapshotSpec,
+    snapshot: Snapshot,
+    /// sha256 of the config the candidate runs with.
+    config_digest: String,
+}
+
+/// The running totals of a backtest.
+pub(super) struct Tally {
+    candidate: Candidate,
+    overrides: Vec<(String, String)>,
+    since_ms: Millis,
+    until_ms: Millis,
+    fail_closed: bool,
+    /// Units are the replaced plugin's own decisions (not a new plugin).
+    replacing: bool,
+    replayed: u64,
+    not_replayable: BTreeMap<String, u64>,
+    verdicts: Matrix,
+    statuses: Matrix,
+    flips: Flips,
+    outcomes: BTreeMap<String, u64>,
+    candidate_us: Vec<u64>,
+    incumbent_us: Vec<u64>,
+    fidelity: Fidelity,
+    incumbents: BTreeSet<(String, String, String)>,
+    moderators: HashMap<String, Option<ModeratorView>>,
+    reviewed: HashMap<String, Reviewed>,
+    cancel: Option<Arc<AtomicBool>>,
+}
+
+impl Tally {
+    pub(super) fn new(candidate: &Candidate, req: &Request, replacing: bool, cancel: Option<Arc<AtomicBool>>) -> Tally {
+        Tally {
+            candidate: candidate.clone(),
+            overrides: req.overrides.clone(),
+            since_ms: req.since_ms,
+            until_ms: req.until_ms,
+            fail_closed: req.fail_closed,
+            replacing,
+            replayed: 0,
+            not_replayable: BTreeMap::new(),
+            verdicts: Matrix::new(),
+            statuses: Matrix::new(),
+            flips: Flips::default(),
+            outcomes: BTreeMap::new(),
+            candidate_us: Vec::new(),
+            incumbent_us: Vec::new(),
+            fidelity: Fidelity::default(),
+            incumbents: BTreeSet::new(),
+            moderators: HashMap::new(),
+            reviewed: HashMap::new(),
+            cancel,
+        }
+    }
+
+    fn skip(&mut self, reason: &str) {
+        *self.not_replayable.entry(reason.to_string()).or_default() += 1;
+    }
+
+    /// Replays one chunk of units: reads their decisions, snapshots and
+    /// configs, judges them with the candidate, and counts.
+    pub(super) async fn replay_chunk(
+        &mut self,
+        store: &dyn History,
+        engine: &Arc<RuleEngine>,
+        units: &[ReplayUnit],
+    ) -> Result<(), BacktestError> {
+        let mut items: Vec<&str> = units.iter().map(|u| u.item_id.as_str()).collect();
+        items.sort_unstable();
+        items.dedup();
+        let decisions = store.decisions_of(&items).await?;
+        self.learn_moderators(store, &items).await?;
+        let by_id: HashMap<i64, &ItemDecision> = decisions.iter().map(|d| (d.decision.id, d)).collect();
+
+        // The documents to read: each unit's snapshot, and its stored config
+        // when the candidate has none of its own.
+        let mut wanted: Vec<(&ReplayUnit, &ItemDecision, Phase)> = Vec::new();
+        let mut digests: HashSet<&str> = HashSet::new();
+        for unit in units {
+            let Some(d) = by_id.get(&unit.decision_id) else {
+                self.skip("decision deleted");
+                continue;
+            };
+            let Some(phase) = phase_of(&d.decision) else { continue };
+            if !self.candidate.plugin.phases.contains(&phase) {
+                self.skip("phase not declared by the candidate");
+                continue;
+            }
+            let Some(snapshot) = d.decision.snapshot_digest.as_deref() else {
+                self.skip("no stored snapshot");
+                continue;
+            };
+            digests.insert(snapshot);
+            if self.candidate.config.is_none()
+                && self.replacing
+                && let Some(config) = d.decision.config_digest.as_deref()
+            {
+                digests.insert(config);
+            }
+            wanted.push((unit, d, phase));
+        }
+        let digests: Vec<&str> = digests.into_iter().collect();
+        let docs = store.input_docs(&digests).await?;
+
+        let mut prepared = Vec::with_capacity(wanted.len());
+        for (unit, d, phase) in wanted {
+            let digest = d.decision.snapshot_digest.as_deref().unwrap_or_default();
+            let Some(json) = docs.get(digest) else {
+                self.skip("snapshot expired");
+                continue;
+            };
+            let stored_config = match (
+                &self.candidate.config,
+                self.replacing,
+                d.decision.config_digest.as_deref(),
+            ) {
+                (None, true, Some(c)) => match docs.get(c) {
+                    Some(json) => Some(json.as_slice()),
+                    None => {
+                        self.skip("config expired");
+                        continue;
+                    }
+                },
+                _ => None,
+            };
+            let config = match config_for(&self.candidate, &self.overrides, stored_config) {
+                Ok(c) => c,
+                Err(_) => {
+                    self.skip("stored config unreadable");
+                    continue;
+                }
+            };
+            let pairs: Vec<(String, String)> = config.clone().into_iter().collect();
+            let Ok((spec, snapshot)) = rebuild(json, config) else {
+                self.skip("stored snapshot unreadable");
+                continue;
+            };
+            prepared.push(Prepared {
+                decision: d.decision.clone(),
+                item_id: unit.item_id.clone(),
+                phase,
+                spec,
+                snapshot,
+                config_digest: crate::judge::config_doc(&pairs).digest.clone(),
+            });
+        }
+
+        let plugin = self.candidate.plugin.clone();
+        let engine = engine.clone();
+        let cancel = self.cancel.clone();
+        let stopped = move || cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed));
+        let judged = tokio::task::spawn_blocking(move || {
+            prepared
+                .into_iter()
+                .map_while(|p| {
+                    (!stopped()).then(|| {
+                        let e = plugin.evaluate(&engine, &p.snapshot, p.phase);
+                        (p, e)
+                    })
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .map_err(|e| BacktestError::Failed(format!("the candidate's evaluation thread failed: {e}")))?;
+        if self.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) {
+            return Err(BacktestError::Cancelled);
+        }
+
+        let mut by_evaluation: HashMap<(&str, &str), Vec<&DecisionRecord>> = HashMap::new();
+        for d in &decisions {
+            if let Some(s) = d.decision.snapshot_digest.as_deref() {
+                by_evaluation
+                    .entry((d.item_id.as_str(), s))
+                    .or_default()
+                    .push(&d.decision);
+            }
+        }
+        for (p, e) in judged {
+            match e {
+                Ok(e) => {
+                    let digest = p.decision.snapshot_digest.as_deref().unwrap_or_default();
+                    let evaluation = by_evaluation
+                        .get(&(p.item_id.as_str(), digest))
+                        .cloned()
+                        .unwrap_or_default();
+                    let sync = sync_before(&decisions, &p.item_id, p.decision.id);
+                    self.count(&p, &e, &evaluation, &sync);
+                }
+                Err(_) => self.skip("host busy"),
+            }
+        }
+        Ok(())
+    }
+
+    async fn learn_moderators(&mut self, store: &dyn History, items: &[&str]) -> Result<(), StoreError> {
+        let new: Vec<&str> = items
+            .iter()
+            .copied()
+            .filter(|i| !self.moderators.contains_key(*i))
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        for i in &new {
+            self.moderators.insert(i.to_string(), None);
+        }
+        for m in store.moderator_decisions(&new).await? {
+            let view = self.moderators.entry(m.item_id).or_default();
+            match view {
+                Some(v) => v.last = m.to,
+                None => {
+                    *view = Some(ModeratorView {
+                        first_at: m.at,
+                        last: m.to,
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts one replayed evaluation. `sync` are the item's sync-phase
+    /// decisions in force: in the async phase their verdict combines with
+    /// the evaluation's (the replaced plugin's left out of the new side; its
+    /// async verdict, judged now, stands for it).
+    fn count(&mut self, p: &Prepared, e: &Evaluation, evaluation: &[&DecisionRecord], sync: &[&DecisionRecord]) {
+        let fail_closed = self.fail_closed;
+        let incumbent = self.replacing.then_some(&p.decision);
+        let replaced = incumbent.map(|d| d.plugin.as_str());
+        let sync_verdict = |leave_out: Option<&str>| {
+            Verdict::most_severe(
+                sync.iter()
+                    .filter(|d| d.mode == Mode::Enforce && Some(d.plugin.as_str()) != leave_out)
+                    .filter_map(|d| counted(d.outcome, d.verdict, Phase::Sync, fail_closed)),
+            )
+        };
+        let same_phase = |d: &&&DecisionRecord| phase_of(d) == Some(p.phase);
+        let enforcing = |d: &&&DecisionRecord| d.mode == Mode::Enforce;
+        let old = combine(
+            evaluation
+                .iter()
+                .filter(same_phase)
+                .filter(enforcing)
+                .map(|d| counted(d.outcome, d.verdict, p.phase, fail_closed)),
+            p.phase,
+            sync_verdict(None),
+        );
+        let candidate_verdict = e.decision.as_ref().map(|d| d.verdict);
+        let new = combine(
+            evaluation
+                .iter()
+                .filter(same_phase)
+                .filter(enforcing)
+                .filter(|d| Some(d.plugin.as_str()) != replaced)
+                .map(|d| counted(d.outcome, d.verdict, p.phase, fail_closed))
+                .chain([counted(e.outcome, candidate_verdict, p.phase, fail_closed)]),
+            p.phase,
+            sync_verdict(replaced),
+        );
+        self.replayed += 1;
+        let old_word = incumbent.map_or_else(|| "none".to_string(), |d| word(d.outcome, d.verdict));
+        let new_word = word(e.outcome, candidate_verdict);
+        bump(&mut self.verdicts, &old_word, &new_word);
+        bump(&mut self.statuses, old.as_str(), new.as_str());
+        *self.outcomes.entry(e.outcome.as_str().to_string()).or_default() += 1;
+        self.candidate_us.push(e.duration.as_micros() as u64);
+        if let Some(d) = incumbent {
+            self.incumbent_us.push(d.duration_us.max(0) as u64);
+            self.incumbents
+                .insert((d.plugin.clone(), d.plugin_version.clone(), d.plugin_digest.clone()));
+            if d.plugin_digest == e.plugin.digest.to_hex() && d.config_digest.as_deref() == Some(&p.config_digest) {
+                self.fidelity.checked += 1;
+                if same_decision(d, e) {
+                    self.fidelity.identical += 1;
+                }
+            }
+        }
+        let bucket = match (actioned(old), actioned(new)) {
+            _ if old == new => None,
+            (false, true) => Some("newly_actioned"),
+            (true, false) => Some("newly_cleared"),
+            _ => Some("changed"),
+        };
+        match bucket {
+            None => self.flips.unchanged += 1,
+            Some("newly_actioned") => self.flips.newly_actioned += 1,
+            Some("newly_cleared") => self.flips.newly_cleared += 1,
+            Some(_) => self.flips.changed += 1,
+        }
+        if let Some(bucket) = bucket {
+            let examples = self.flips.examples.entry(bucket.to_string()).or_default();
+            if examples.len() < EXAMPLES {
+                examples.push(Example {
+                    item_id: p.item_id.clone(),
+                    at_ms: p.decision.created_at,
+                    old_decision: old_word,
+                    old_reason: incumbent.map(|d| d.reason.clone()).unwrap_or_default(),
+                    new_decision: new_word,
+                    new_reason: e
+                        .decision
+                        .as_ref()
+                        .map(|d| d.reason.clone())
+                        .or_else(|| e.error.clone())
+                        .unwrap_or_default(),
+                    old_status: old.as_str().to_string(),
+                    new_status: new.as_str().to_string(),
+                    excerpt: excerpt(&p.spec.item.text),
+                });
+            }
+        }
+        if let Some(Some(m)) = self.moderators.get(&p.item_id)
+            && p.decision.created_at < m.first_at
+        {
+            let seen = Reviewed {
+                at: p.decision.created_at,
+                old_actioned: actioned(old),
+                new_actioned: actioned(new),
+                incumbent_actioned: incumbent.is_some_and(|d| d.outcome == Outcome::Ok && actions(d.verdict)),
+                incumbent_reversed: incumbent.is_some_and(|d| d.reversed_at.is_some()),
+                candidate_actioned: actions(candidate_verdict),
+            };
+            let slot = self.reviewed.entry(p.item_id.clone()).or_insert(seen);
+            if seen.at >= slot.at {
+                *slot = seen;
+            }
+        }
+    }
+
+    fn moderators(&self) -> Moderators {
+        let mut m = Moderators::default();
+        for (item, r) in &self.reviewed {
+            let Some(Some(view)) = self.moderators.get(item) else {
+                continue;
+            };
+            let moderator = actioned(view.last);
+            m.decided += 1;
+            m.old_agree += u64::from(r.old_actioned == moderator);
+            m.new_agree += u64::from(r.new_actioned == moderator);
+            m.reversals_avoided += u64::from(r.incumbent_actioned && r.incumbent_reversed && !r.candidate_actioned);
+            m.overturns_reintroduced += u64::from(!moderator && !r.incumbent_actioned && r.candidate_actioned);
+        }
+        let rate = |n: u64| (m.decided > 0).then(|| n as f64 / m.decided as f64);
+        m.old_agreement = rate(m.old_agree);
+        m.new_agreement = rate(m.new_agree);
+        m
+    }
+
+    pub(super) fn report(self, replaces: String, sample: Sample, started_at_ms: Millis, elapsed_ms: u64) -> Report {
+        let stamp = &self.candidate.plugin.plugin.stamp;
+        let moderators = self.moderators();
+        Report {
+            candidate: VersionRef {
+                name: stamp.name.clone(),
+                version: stamp.version.clone(),
+                digest: stamp.digest.to_hex(),
+            },
+            incumbent: self
+                .incumbents
+                .iter()
+                .map(|(name, version, digest)| VersionRef {
+                    name: name.clone(),
+                    version: version.clone(),
+                    digest: digest.clone(),
+                })
+                .collect(),
+            replaces,
+            config: self.candidate.config.as_deref().map(config_map),
+            overrides: config_map(&self.overrides),
+            window: Window {
+                since_ms: self.since_ms,
+                until_ms: self.until_ms,
+            },
+            sample: Sample {
+                replayed: self.replayed,
+                not_replayable: self.not_replayable,
+                ..sample
+            },
+            verdicts: self.verdicts,
+            statuses: self.statuses,
+            flips: self.flips,
+            moderators,
+            outcomes: self.outcomes,
+            latency_us: Latencies {
+                candidate: percentiles(self.candidate_us),
+                incumbent: (!self.incumbent_us.is_empty()).then(|| percentiles(self.incumbent_us)),
+            },
+            fidelity: (self.fidelity.checked > 0).then_some(self.fidelity),
+            started_at_ms,
+            elapsed_ms,
+        }
+    }
+}
+
+/// Whether the candidate decided exactly as stored.
+fn same_decision(stored: &DecisionRecord, e: &Evaluation) -> bool {
+    match &e.decision {
+        Some(d) => {
+            stored.outcome == Outcome::Ok
+                && stored.verdict == Some(d.verdict)
+                && stored.score as f32 == d.score
+                && stored.labels == d.labels
+                && stored.reason == d.reason
+        }
+        None => stored.outcome == e.outcome,
+    }
+}
+
+fn percentiles(mut v: Vec<u64>) -> Latency {
+    if v.is_empty() {
+        return Latency::default();
+    }
+    v.sort_unstable();
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    Latency {
+        p50: at(0.5),
+        p99: at(0.99),
+    }
+}
+
+/// One stored decision of an evaluation, as `gavel replay` shows it.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ReplayedDecision {
+    pub id: i64,
+    pub plugin: String,
+    pub plugin_version: String,
+    pub plugin_digest: String,
+    pub mode: Mode,
+    pub applied: bool,
+    pub outcome: Outcome,
+    pub verdict: Option<Verdict>,
+    pub score: f64,
+    pub labels: Vec<String>,
+    pub reason: String,
+    pub duration_us: i64,
+    pub reversed_at: Option<Millis>,
+}
+
+/// One stored evaluation of an item, and what the candidate decides on it now.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ReplayedEvaluation {
+    pub at_ms: Millis,
+    pub phase: crate::domain::DecisionPhase,
+    pub item_version: i64,
+    pub snapshot_digest: Option<String>,
+    /// Why the candidate could not judge it again (`null` when it did, or
+    /// when no candidate was given and the snapshot is stored).
+    pub not_replayable: Option<String>,
+    /// The snapshot as the rules saw it (without config), when stored.
+    #[schema(value_type = Option<Object>)]
+    pub snapshot: Option<serde_json::Value>,
+    pub decisions: Vec<ReplayedDecision>,
+    /// The candidate's evaluation of the stored snapshot.
+    #[schema(value_type = Option<Object>)]
+    pub candidate: Option<Evaluation>,
+}
+
+/// An item's history of evaluations, oldest first.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ItemReplay {
+    pub item_id: String,
+    pub candidate: Option<VersionRef>,
+    pub evaluations: Vec<ReplayedEvaluation>,
+}
+
+/// At most this many evaluations of one item are judged again.
+pub const MAX_REPLAYED_EVALUATIONS: usize = 200;
+
+/// Every stored evaluation of `item_id` (the newest 200), each with what
+/// its plugins decided and, given a candidate, what it decides on the
+/// stored snapshot now (with its own config, else the stored config of the
+/// decision of the same name, else none).
+pub async fn replay_item(
+    store: &dyn History,
+    engine: &Arc<RuleEngine>,
+    item_id: &str,
+    candidate: Option<&Candidate>,
+) -> Result<ItemReplay, BacktestError> {
+    let decisions = store.decisions_of(&[item_id]).await?;
+    // Group the decisions by evaluation: one stored snapshot, or (without
+    // one) one phase at one time and version.
+    let mut groups: Vec<(Option<String>, Vec<DecisionRecord>)> = Vec::new();
+    for d in decisions.into_iter().map(|d| d.decision) {
+        let same = |(digest, ds): &&mut (Option<String>, Vec<DecisionRecord>)| match (&d.snapshot_digest, digest) {
+            (Some(a), Some(b)) => a == b,
+            (None, None) => ds.first().is_some_and(|f| {
+                f.phase == d.phase && f.created_at == d.created_at && f.item_version == d.item_version
+            }),
+            _ => false,
+        };
+        match groups.iter_mut().find(same) {
+            Some((_, ds)) => ds.push(d),
+            None => groups.push((d.snapshot_digest.clone(), vec![d])),
+        }
+    }
+    if groups.len() > MAX_REPLAYED_EVALUATIONS {
+        groups.drain(..groups.len() - MAX_REPLAYED_EVALUATIONS);
+    }
+    let name = candidate.map(|c| c.plugin.plugin.info.name.clone());
+    let mut digests: Vec<&str> = Vec::new();
+    for (snapshot, ds) in &groups {
+        digests.extend(snapshot.as_deref());
+        if candidate.is_some_and(|c| c.config.is_none()) {
+            digests.extend(
+                ds.iter()
+                    .filter(|d| Some(&d.plugin) == name.as_ref())
+                    .filter_map(|d| d.config_digest.as_deref()),
+            );
+        }
+    }
+    let docs = store.input_docs(&digests).await?;
+    let mut evaluations = Vec::with_capacity(groups.len());
+    let mut jobs = Vec::new();
+    for (i, (snapshot_digest, ds)) in groups.iter().enumerate() {
+        let first = &ds[0];
+        let json = snapshot_digest.as_deref().and_then(|d| docs.get(d));
+        let mut not_replayable = match (snapshot_digest, json) {
+            (None, _) => Some("no stored snapshot".to_string()),
+            (Some(_), None) => Some("snapshot expired".to_string()),
+            _ => None,
+        };
+        if let (Some(c), None, Some(json), Some(phase)) = (candidate, &not_replayable, json, phase_of(first)) {
+            let stored_config = ds
+                .iter()
+                .find(|d| Some(&d.plugin) == name.as_ref())
+                .and_then(|d| d.config_digest.as_deref())
+                .and_then(|d| docs.get(d))
+                .map(|v| v.as_slice());
+            match config_for(c, &[], stored_config).and_then(|config| rebuild(json, config)) {
+                Ok((_, snapshot)) if c.plugin.phases.contains(&phase) => jobs.push((i, snapshot, phase)),
+                Ok(_) => not_replayable = Some("phase not declared by the candidate".into()),
+                Err(e) => not_replayable = Some(format!("stored snapshot unreadable: {e}")),
+            }
+        }
+        evaluations.push(ReplayedEvaluation {
+            at_ms: first.created_at,
+            phase: first.phase,
+            item_version: first.item_version,
+            snapshot_digest: snapshot_digest.clone(),
+            not_replayable,
+            snapshot: json.and_then(|j| serde_json::from_slice(j).ok()),
+            decisions: ds
+                .iter()
+                .map(|d| ReplayedDecision {
+                    id: d.id,
+                    plugin: d.plugin.clone(),
+                    plugin_version: d.plugin_version.clone(),
+                    plugin_digest: d.plugin_digest.clone(),
+                    mode: d.mode,
+                    applied: d.applied,
+                    outcome: d.outcome,
+                    verdict: d.verdict,
+                    score: d.score,
+                    labels: d.labels.clone(),
+                    reason: d.reason.clone(),
+                    duration_us: d.duration_us,
+                    reversed_at: d.reversed_at,
+                })
+                .collect(),
+            candidate: None,
+        });
+    }
+    if let Some(c) = candidate {
+        let plugin = c.plugin.clone();
+        let engine = engine.clone();
+        let judged = tokio::task::spawn_blocking(move || {
+            jobs.into_iter()
+                .map(|(i, snapshot, phase)| (i, plugin.evaluate(&engine, &snapshot, phase)))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .map_err(|e| BacktestError::Failed(format!("the candidate's evaluation thread failed: {e}")))?;
+        for (i, e) in judged {
+            match e {
+                Ok(e) => evaluations[i].candidate = Some(e),
+                Err(e) => evaluations[i].not_replayable = Some(format!("host busy: {e}")),
+            }
+        }
+    }
+    let candidate = candidate.map(|c| {
+        let s = &c.plugin.plugin.stamp;
+        VersionRef {
+            name: s.name.clone(),
+            version: s.version.clone(),
+            digest: s.digest.to_hex(),
+        }
+    });
+    Ok(ItemReplay {
+        item_id: item_id.to_string(),
+        candidate,
+        evaluations,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn combining_follows_the_worker() {
+        let v = |v| Some(v);
+        assert_eq!(
+            combine([v(Verdict::Allow), v(Verdict::Hold)].into_iter(), Phase::Async, None),
+            ItemStatus::HeldForReview
+        );
+        assert_eq!(combine([None].into_iter(), Phase::Async, None), ItemStatus::Visible);
+        // The sync verdict counts in the async phase only.
+        assert_eq!(
+            combine([v(Verdict::Allow)].into_iter(), Phase::Async, Some(Verdict::Reject)),
+            ItemStatus::Rejected
+        );
+        assert_eq!(
+            combine([v(Verdict::Allow)].into_iter(), Phase::Sync, Some(Verdict::Reject)),
+            ItemStatus::Visible
+        );
+        assert_eq!(counted(Outcome::Ok, v(Verdict::Defer), Phase::Sync, false), None);
+        assert_eq!(counted(Outcome::Trap, None, Phase::Async, true), v(Verdict::Hold));
+        assert_eq!(counted(Outcome::Error, None, Phase::Async, true), None);
+        assert_eq!(counted(Outcome::Trap, None, Phase::Async, false), None);
+    }
+
+    #[test]
+    fn percentiles_of_nothing_are_zero() {
+        assert_eq!(percentiles(Vec::new()), Latency::default());
+        let p = percentiles((1..=100).collect());
+        assert_eq!((p.p50, p.p99), (51, 99));
+    }
+}

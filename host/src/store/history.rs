@@ -1,0 +1,494 @@
+//! History: the input of every evaluation, stored content-addressed with
+//! its decisions, and the reads and runs of backtests over it.
+//!
+//! An evaluation's snapshot (without config) and each plugin's config are
+//! [`InputDoc`]s: canonical JSON, named by its sha256, compressed with
+//! zstd, inserted once (`ON CONFLICT DO NOTHING`) in the same transaction
+//! as the decisions that name them (`txn::insert_decisions`). Retention
+//! deletes snapshot documents no decision has used within
+//! `retention.snapshots_ms`; config documents (a few hundred bytes per
+//! distinct config ever deployed) are kept.
+
+use super::{DecisionRecord, StoreResult};
+use crate::clock::Millis;
+pub use crate::domain::InputKind;
+use crate::domain::{BacktestStatus, ItemStatus};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// zstd level: fast (a snapshot of a few KiB compresses in microseconds)
+/// and still about 3× smaller than the JSON.
+const ZSTD_LEVEL: i32 = 3;
+
+/// A stored document: canonical JSON, compressed, named by the sha256 of
+/// the JSON.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InputDoc {
+    /// sha256 of the canonical JSON, lowercase hex.
+    pub digest: String,
+    pub kind: InputKind,
+    /// The JSON, zstd-compressed.
+    pub body: Vec<u8>,
+    /// Length of the JSON.
+    pub bytes: i64,
+}
+
+impl InputDoc {
+    /// Names and compresses `json` (which the caller encodes canonically:
+    /// the same input always gives the same bytes).
+    pub fn new(kind: InputKind, json: &[u8]) -> InputDoc {
+        InputDoc {
+            digest: crate::domain::Digest::of(json).to_hex(),
+            kind,
+            body: zstd::bulk::compress(json, ZSTD_LEVEL).expect("compressing to memory cannot fail"),
+            bytes: json.len() as i64,
+        }
+    }
+
+    /// The JSON of a stored body.
+    pub fn decompress(body: &[u8], bytes: i64) -> StoreResult<Vec<u8>> {
+        zstd::bulk::decompress(body, bytes.max(0) as usize)
+            .map_err(|e| super::StoreError::Corrupt(format!("stored snapshot: {e}")))
+    }
+}
+
+/// The documents one decision judged: the evaluation's snapshot (shared by
+/// every plugin of the evaluation) and the plugin's config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecisionInputs {
+    pub snapshot: Arc<InputDoc>,
+    pub config: Arc<InputDoc>,
+}
+
+/// One decision a backtest may replay, as the selection lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayUnit {
+    pub decision_id: i64,
+    pub item_id: String,
+    pub snapshot_digest: Option<String>,
+}
+
+/// A decision with its item, as a backtest reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ItemDecision {
+    pub item_id: String,
+    pub decision: DecisionRecord,
+}
+
+/// A status a moderator set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModeratorDecision {
+    pub item_id: String,
+    pub to: ItemStatus,
+    pub at: Millis,
+}
+
+/// A backtest run started through the API.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct BacktestRecord {
+    pub id: String,
+    pub status: BacktestStatus,
+    /// The request as it was accepted.
+    #[schema(value_type = Object)]
+    pub request: serde_json::Value,
+    /// The candidate plugin: `NAME VERSION (sha256:…)`.
+    pub candidate: String,
+    /// The moderator who started it.
+    pub created_by: String,
+    pub progress: BacktestProgress,
+    /// The report, once done (see `Report` in the OpenAPI document).
+    #[schema(value_type = Option<Object>)]
+    pub report: Option<serde_json::Value>,
+    pub error: Option<String>,
+    pub created_at: Millis,
+    pub finished_at: Option<Millis>,
+}
+
+/// How far a backtest is: evaluations judged of the sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct BacktestProgress {
+    pub done: i64,
+    pub total: i64,
+}
+
+/// Stored inputs, and backtest runs.
+#[async_trait::async_trait]
+pub trait History: Send + Sync {
+    /// Decisions of `plugin` (every plugin's, one per evaluation, when
+    /// `None`) made in `[since, until)` with an id above `after`, by id;
+    /// provider answers are not evaluations and are left out.
+    async fn replay_units(
+        &self,
+        plugin: Option<&str>,
+        since: Millis,
+        until: Millis,
+        after: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<ReplayUnit>>;
+
+    /// Every decision of the items `ids`, by id.
+    async fn decisions_of(&self, ids: &[&str]) -> StoreResult<Vec<ItemDecision>>;
+
+    /// The JSON of the stored documents `digests` (unknown or expired ones
+    /// are left out).
+    async fn input_docs(&self, digests: &[&str]) -> StoreResult<HashMap<String, Vec<u8>>>;
+
+    /// The statuses moderators set on the items `ids`, oldest first.
+    async fn moderator_decisions(&self, ids: &[&str]) -> StoreResult<Vec<ModeratorDecision>>;
+
+    /// Stored snapshot documents: (documents, compressed bytes).
+    async fn snapshot_footprint(&self) -> StoreResult<(i64, i64)>;
+
+    /// Records a new running backtest.
+    async fn create_backtest(
+        &self,
+        id: &str,
+        request: &serde_json::Value,
+        candidate: &str,
+        created_by: &str,
+        now: Millis,
+    ) -> StoreResult<()>;
+
+    /// Records progress (and the heartbeat); `false` when the backtest is
+    /// no longer running (cancelled), so the runner stops.
+    async fn backtest_progress(&self, id: &str, done: i64, total: i64, now: Millis) -> StoreResult<bool>;
+
+    /// Ends a running backtest as `status` (`done` with its report, or
+    /// `failed` with an error) at `progress`; `false` if it was no longer running.
+    async fn finish_backtest(
+        &self,
+        id: &str,
+        status: BacktestStatus,
+        progress: BacktestProgress,
+        report: Option<&serde_json::Value>,
+        error: Option<&str>,
+        now: Millis,
+    ) -> StoreResult<bool>;
+
+    /// Cancels a running backtest; the record as it is after (unchanged if
+    /// it had already ended: cancelling twice is the same as once), `None`
+    /// if unknown.
+    async fn cancel_backtest(&self, id: &str, now: Millis) -> StoreResult<Option<BacktestRecord>>;
+
+    async fn backtest(&self, id: &str) -> StoreResult<Option<BacktestRecord>>;
+
+    /// The newest backtests first, without their reports.
+    async fn backtests(&self, limit: i64) -> StoreResult<Vec<BacktestRecord>>;
+
+    /// Marks failed the running backtests whose heartbeat stopped before
+    /// `before` (their process went away); how many.
+    async fn fail_stale_backtests(&self, before: Millis, now: Millis) -> StoreResult<u64>;
+}
+
+/// Instantiates [`History`] for one backend.
+macro_rules! impl_history {
+    ($store:ty, $db:ty, $row:ty) => {
+        const _: () = {
+            use sqlx::Row as _;
+            use std::collections::HashMap;
+            use $crate::clock::Millis;
+            use $crate::domain::BacktestStatus;
+            use $crate::store::dialect::{Dialect, placeholders, retry_conflicts};
+            use $crate::store::history::*;
+            use $crate::store::rows;
+            use $crate::store::*;
+
+            fn in_list(sql: &str, n: usize) -> String {
+                sql.replace("LIST", &placeholders(1, n))
+            }
+
+            fn record_from_row(r: &$row, with_report: bool) -> StoreResult<BacktestRecord> {
+                let json = |s: Option<String>| -> StoreResult<Option<serde_json::Value>> {
+                    s.map(|s| serde_json::from_str(&s).map_err(|e| StoreError::Corrupt(format!("backtest json: {e}"))))
+                        .transpose()
+                };
+                Ok(BacktestRecord {
+                    id: r.try_get("id")?,
+                    status: rows::parse(r.try_get::<&str, _>("status")?)?,
+                    request: json(r.try_get("request")?)?.unwrap_or_default(),
+                    candidate: r.try_get("candidate")?,
+                    created_by: r.try_get("created_by")?,
+                    progress: BacktestProgress {
+                        done: r.try_get("done")?,
+                        total: r.try_get("total")?,
+                    },
+                    report: if with_report { json(r.try_get("report")?)? } else { None },
+                    error: r.try_get("error")?,
+                    created_at: r.try_get("created_at")?,
+                    finished_at: r.try_get("finished_at")?,
+                })
+            }
+
+            const BACKTEST_COLUMNS: &str =
+                "id, status, request, candidate, created_by, done, total, report, error, created_at, finished_at";
+
+            #[async_trait::async_trait]
+            impl History for $store {
+                async fn replay_units(
+                    &self,
+                    plugin: Option<&str>,
+                    since: Millis,
+                    until: Millis,
+                    after: i64,
+                    limit: i64,
+                ) -> StoreResult<Vec<ReplayUnit>> {
+                    let rows = match plugin {
+                        Some(plugin) => {
+                            sqlx::query_as::<_, (i64, String, Option<String>)>(
+                                "SELECT id, item_id, snapshot_digest FROM decisions WHERE plugin = $1 \
+                                 AND created_at >= $2 AND created_at < $3 AND id > $4 AND phase <> 'provider' \
+                                 ORDER BY id LIMIT $5",
+                            )
+                            .bind(plugin)
+                            .bind(since)
+                            .bind(until)
+                            .bind(after)
+                            .bind(limit)
+                            .fetch_all(self.read_pool())
+                            .await?
+                        }
+                        // A new plugin: one decision per stored evaluation (the
+                        // first of the evaluation's decisions stands for it).
+                        None => {
+                            sqlx::query_as::<_, (i64, String, Option<String>)>(
+                                "SELECT d.id, d.item_id, d.snapshot_digest FROM decisions d \
+                                 WHERE d.created_at >= $1 AND d.created_at < $2 AND d.id > $3 \
+                                 AND d.phase <> 'provider' AND d.snapshot_digest IS NOT NULL \
+                                 AND d.id = (SELECT MIN(e.id) FROM decisions e WHERE e.item_id = d.item_id \
+                                 AND e.snapshot_digest = d.snapshot_digest) ORDER BY d.id LIMIT $4",
+                            )
+                            .bind(since)
+                            .bind(until)
+                            .bind(after)
+                            .bind(limit)
+                            .fetch_all(self.read_pool())
+                            .await?
+                        }
+                    };
+                    Ok(rows
+                        .into_iter()
+                        .map(|(decision_id, item_id, snapshot_digest)| ReplayUnit {
+                            decision_id,
+                            item_id,
+                            snapshot_digest,
+                        })
+                        .collect())
+                }
+
+                async fn decisions_of(&self, ids: &[&str]) -> StoreResult<Vec<ItemDecision>> {
+                    let mut out = Vec::new();
+                    for chunk in ids.chunks(256) {
+                        let sql = in_list(
+                            &format!("SELECT {} FROM decisions WHERE item_id IN (LIST) ORDER BY id", txn::DECISIONS),
+                            chunk.len(),
+                        );
+                        let q = chunk.iter().fold(sqlx::query(&sql), |q, id| q.bind(*id));
+                        for r in q.fetch_all(self.read_pool()).await? {
+                            out.push(ItemDecision {
+                                item_id: r.try_get("item_id")?,
+                                decision: txn::decision_from_row(&r)?,
+                            });
+                        }
+                    }
+                    out.sort_by_key(|d| d.decision.id);
+                    Ok(out)
+                }
+
+                async fn input_docs(&self, digests: &[&str]) -> StoreResult<HashMap<String, Vec<u8>>> {
+                    let mut out = HashMap::new();
+                    for chunk in digests.chunks(256) {
+                        let sql = in_list("SELECT digest, body, bytes FROM snapshots WHERE digest IN (LIST)", chunk.len());
+                        let q = chunk.iter().fold(sqlx::query_as::<_, (String, Vec<u8>, i64)>(&sql), |q, d| q.bind(*d));
+                        for (digest, body, bytes) in q.fetch_all(self.read_pool()).await? {
+                            out.insert(digest, InputDoc::decompress(&body, bytes)?);
+                        }
+                    }
+                    Ok(out)
+                }
+
+                async fn moderator_decisions(&self, ids: &[&str]) -> StoreResult<Vec<ModeratorDecision>> {
+                    let mut out = Vec::new();
+                    for chunk in ids.chunks(256) {
+                        let sql = in_list(
+                            "SELECT item_id, to_status, created_at FROM transitions \
+                             WHERE item_id IN (LIST) AND actor = 'moderator' ORDER BY id",
+                            chunk.len(),
+                        );
+                        let q = chunk.iter().fold(sqlx::query_as::<_, (String, String, i64)>(&sql), |q, id| q.bind(*id));
+                        for (item_id, to, at) in q.fetch_all(self.read_pool()).await? {
+                            out.push(ModeratorDecision {
+                                item_id,
+                                to: rows::parse(&to)?,
+                                at,
+                            });
+                        }
+                    }
+                    out.sort_by_key(|m| m.at);
+                    Ok(out)
+                }
+
+                async fn snapshot_footprint(&self) -> StoreResult<(i64, i64)> {
+                    Ok(sqlx::query_as(
+                        "SELECT COUNT(*), CAST(COALESCE(SUM(stored_bytes), 0) AS BIGINT) FROM snapshots WHERE kind = 'snapshot'",
+                    )
+                    .fetch_one(self.read_pool())
+                    .await?)
+                }
+
+                async fn create_backtest(
+                    &self,
+                    id: &str,
+                    request: &serde_json::Value,
+                    candidate: &str,
+                    created_by: &str,
+                    now: Millis,
+                ) -> StoreResult<()> {
+                    retry_conflicts!(async {
+                        let mut tx = self.begin_write().await?;
+                        sqlx::query(
+                            "INSERT INTO backtests (id, status, request, candidate, created_by, created_at, heartbeat_at) \
+                             VALUES ($1, 'running', $2, $3, $4, $5, $5)",
+                        )
+                        .bind(id)
+                        .bind(request.to_string())
+                        .bind(candidate)
+                        .bind(created_by)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?;
+                        tx.commit().await?;
+                        Ok(())
+                    })
+                }
+
+                async fn backtest_progress(&self, id: &str, done: i64, total: i64, now: Millis) -> StoreResult<bool> {
+                    retry_conflicts!(async {
+                        let mut tx = self.begin_write().await?;
+                        let n = sqlx::query(
+                            "UPDATE backtests SET done = $2, total = $3, heartbeat_at = $4 \
+                             WHERE id = $1 AND status = 'running'",
+                        )
+                        .bind(id)
+                        .bind(done)
+                        .bind(total)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                        tx.commit().await?;
+                        Ok(n == 1)
+                    })
+                }
+
+                async fn finish_backtest(
+                    &self,
+                    id: &str,
+                    status: BacktestStatus,
+                    progress: BacktestProgress,
+                    report: Option<&serde_json::Value>,
+                    error: Option<&str>,
+                    now: Millis,
+                ) -> StoreResult<bool> {
+                    let report = report.map(|r| r.to_string());
+                    retry_conflicts!(async {
+                        let mut tx = self.begin_write().await?;
+                        let n = sqlx::query(
+                            "UPDATE backtests SET status = $2, report = $3, error = $4, finished_at = $5, \
+                             heartbeat_at = $5, done = $6, total = $7 WHERE id = $1 AND status = 'running'",
+                        )
+                        .bind(id)
+                        .bind(status.as_str())
+                        .bind(report.as_deref())
+                        .bind(error)
+                        .bind(now)
+                        .bind(progress.done)
+                        .bind(progress.total)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                        tx.commit().await?;
+                        Ok(n == 1)
+                    })
+                }
+
+                async fn cancel_backtest(&self, id: &str, now: Millis) -> StoreResult<Option<BacktestRecord>> {
+                    retry_conflicts!(async {
+                        let mut tx = self.begin_write().await?;
+                        sqlx::query(
+                            "UPDATE backtests SET status = 'cancelled', finished_at = $2 \
+                             WHERE id = $1 AND status = 'running'",
+                        )
+                        .bind(id)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?;
+                        let row = sqlx::query(&format!("SELECT {BACKTEST_COLUMNS} FROM backtests WHERE id = $1"))
+                            .bind(id)
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                        tx.commit().await?;
+                        row.map(|r| record_from_row(&r, true)).transpose()
+                    })
+                }
+
+                async fn backtest(&self, id: &str) -> StoreResult<Option<BacktestRecord>> {
+                    sqlx::query(&format!("SELECT {BACKTEST_COLUMNS} FROM backtests WHERE id = $1"))
+                        .bind(id)
+                        .fetch_optional(self.read_pool())
+                        .await?
+                        .map(|r| record_from_row(&r, true))
+                        .transpose()
+                }
+
+                async fn backtests(&self, limit: i64) -> StoreResult<Vec<BacktestRecord>> {
+                    sqlx::query(&format!(
+                        "SELECT {BACKTEST_COLUMNS} FROM backtests ORDER BY created_at DESC, id DESC LIMIT $1"
+                    ))
+                    .bind(limit)
+                    .fetch_all(self.read_pool())
+                    .await?
+                    .iter()
+                    .map(|r| record_from_row(r, false))
+                    .collect()
+                }
+
+                async fn fail_stale_backtests(&self, before: Millis, now: Millis) -> StoreResult<u64> {
+                    retry_conflicts!(async {
+                        let mut tx = self.begin_write().await?;
+                        let n = sqlx::query(
+                            "UPDATE backtests SET status = 'failed', finished_at = $2, \
+                             error = 'the process running it stopped' \
+                             WHERE status = 'running' AND heartbeat_at < $1",
+                        )
+                        .bind(before)
+                        .bind(now)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                        tx.commit().await?;
+                        Ok(n)
+                    })
+                }
+            }
+        };
+    };
+}
+pub(super) use impl_history;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn documents_are_named_by_their_json_and_round_trip() {
+        let json = br#"{"item":{"text":"hello hello hello hello"}}"#;
+        let a = InputDoc::new(InputKind::Snapshot, json);
+        let b = InputDoc::new(InputKind::Snapshot, json);
+        assert_eq!(a, b);
+        assert_eq!(a.digest, crate::domain::Digest::of(json).to_hex());
+        assert_eq!(InputDoc::decompress(&a.body, a.bytes).unwrap(), json);
+        assert_ne!(a.digest, InputDoc::new(InputKind::Snapshot, b"{}").digest);
+        assert!(InputDoc::decompress(b"not zstd", 10).is_err());
+    }
+}
