@@ -94,9 +94,12 @@ async fn find_candidate(state: &AppState, name: &str) -> Result<Candidate, ApiEr
     }
 }
 
+/// The request's rules beyond its schema (a window that ends after it
+/// starts, names that can name a plugin): 422 when broken.
 fn check(req: &BacktestRequest, now: i64) -> Result<backtest::Request, ApiError> {
-    let invalid = |m: String| ApiError::bad_request("invalid_body", m);
-    validate::identifier("candidate", &req.candidate, 128)?;
+    let invalid = |m: String| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_backtest", m);
+    let unprocessable = |e: ApiError| invalid(e.message);
+    validate::identifier("candidate", &req.candidate, 128).map_err(unprocessable)?;
     if let Some(r) = &req.replaces
         && !crate::rules::valid_name(r)
     {
@@ -105,8 +108,8 @@ fn check(req: &BacktestRequest, now: i64) -> Result<backtest::Request, ApiError>
         ));
     }
     for (k, v) in &req.config {
-        validate::identifier("config key", k, 128)?;
-        validate::text(&format!("config.{k}"), v, 4096)?;
+        validate::identifier("config key", k, 128).map_err(unprocessable)?;
+        validate::text(&format!("config.{k}"), v, 4096).map_err(unprocessable)?;
     }
     let until_ms = req.until_ms.unwrap_or(now);
     let since_ms = req.since_ms.unwrap_or(until_ms.saturating_sub(DEFAULT_WINDOW_MS));
@@ -274,16 +277,18 @@ async fn run(state: AppState, id: String, candidate: Candidate, request: backtes
     }
 }
 
+/// A backtest id is a UUID: anything else names no backtest.
 fn backtest_id(id: &str) -> Result<(), ApiError> {
+    validate::path_id("id", id)?;
     uuid::Uuid::parse_str(id)
         .map(|_| ())
-        .map_err(|_| ApiError::bad_request("invalid_path", "a backtest id is a UUID"))
+        .map_err(|_| ApiError::not_found("backtest"))
 }
 
 /// A backtest: its status, progress and, once done, its report.
 #[utoipa::path(
     get, path = "/v1/backtests/{id}", tag = "moderator",
-    params(("id" = String, Path, pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")),
+    params(("id" = String, Path)),
     responses(
         (status = 200, body = BacktestRecord), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody),
@@ -324,7 +329,7 @@ pub async fn list(State(state): State<AppState>, _moderator: Moderator) -> Resul
 /// (done or failed) is a conflict.
 #[utoipa::path(
     delete, path = "/v1/backtests/{id}", tag = "moderator",
-    params(("id" = String, Path, pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")),
+    params(("id" = String, Path)),
     responses(
         (status = 200, body = BacktestRecord), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
@@ -358,7 +363,7 @@ pub async fn cancel(
 /// The report of a finished backtest as one self-contained HTML page.
 #[utoipa::path(
     get, path = "/v1/backtests/{id}/report.html", tag = "moderator",
-    params(("id" = String, Path, pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")),
+    params(("id" = String, Path)),
     responses(
         (status = 200, content_type = "text/html", body = String), (status = 400, body = ErrorBody),
         (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
@@ -434,11 +439,9 @@ pub async fn replay_item(
     if !state.store.item(&id).await?.is_some_and(|i| caller.may_read(&i.client)) {
         return Err(ApiError::not_found("item"));
     }
-    let candidate = match q.candidate.as_deref() {
-        Some(c) => {
-            validate::identifier("candidate", c, 128)?;
-            Some(find_candidate(&state, c).await?)
-        }
+    // Only compared with plugin names and digests: any other string names no candidate.
+    let candidate = match q.candidate.as_deref().filter(|c| !c.is_empty()) {
+        Some(c) => Some(find_candidate(&state, c).await?),
         None => None,
     };
     let replay = backtest::replay_item(state.store.as_ref(), state.registry.engine(), &id, candidate.as_ref())

@@ -460,7 +460,7 @@ async fn a_backtest_can_be_cancelled(setup: Setup) {
         .unwrap();
     assert_eq!(unknown.status(), 404);
     let malformed = s.get("/v1/backtests/not-a-uuid", &s.moderator).send().await.unwrap();
-    assert_eq!(malformed.status(), 400);
+    assert_eq!(malformed.status(), 404);
     let nobody = s
         .post("/v1/backtests", &s.moderator)
         .json(&json!({"candidate": "no-such-plugin"}))
@@ -481,7 +481,7 @@ async fn a_backtest_can_be_cancelled(setup: Setup) {
         .send()
         .await
         .unwrap();
-    assert_eq!(backwards.status(), 400);
+    assert_eq!(backwards.status(), 422);
     s.stop().await.unwrap();
 }
 
