@@ -1,4 +1,4 @@
-//! B13: historical analysis. What storing every evaluation's snapshot costs
+//! B11: historical analysis. What storing every evaluation's snapshot costs
 //! end to end (B4's embedded run with `store_snapshots` off and on, side by
 //! side in one run), what it takes on disk, and how fast `gavel backtest`
 //! replays stored snapshots (on one core: a backtest judges on one thread).
@@ -20,7 +20,7 @@ fn children_cpu() -> f64 {
     secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
-pub async fn b13(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
+pub async fn b11(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
     let dir = tempfile::tempdir()?;
     let tuning = "[evaluation]\nconcurrency = 8\npoll_interval_ms = 1\n";
     let off = Gavel::start(
@@ -70,20 +70,20 @@ pub async fn b13(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> 
         "the backtest did not reproduce link-spam's decisions: {fidelity}"
     );
     Ok(vec![
-        Figure::new("B13", "submitted → settled, embedded, snapshots stored", n, "items/s")
+        Figure::new("B11", "submitted → settled, embedded, snapshots stored", n, "items/s")
             .spread(n_lo, n_hi)
             .against("snapshots not stored", o)
             .goal("≥ 0.9 × without", n >= 0.9 * o)
             .note(format!("{} items per run, as B4; off: {o_lo:.0}–{o_hi:.0}", sizes.items)),
-        Figure::new("B13", "CPU per settled item, snapshots stored", n_cpu, "µs")
+        Figure::new("B11", "CPU per settled item, snapshots stored", n_cpu, "µs")
             .against("snapshots not stored", o_cpu)
             .note("the gavel process, user + system (/proc), ÷ items"),
-        Figure::new("B13", "stored snapshot size (zstd)", bytes as f64 / snapshots.max(1) as f64, "bytes")
+        Figure::new("B11", "stored snapshot size (zstd)", bytes as f64 / snapshots.max(1) as f64, "bytes")
             .note(format!(
                 "{snapshots} snapshots for {settled:.0} settled items ({} bytes in all)",
                 bytes
             )),
-        Figure::new("B13", "backtest: snapshots replayed per second", replayed / elapsed, "snapshots/s")
+        Figure::new("B11", "backtest: snapshots replayed per second", replayed / elapsed, "snapshots/s")
             .note(format!(
                 "link-spam over all {replayed:.0} stored evaluations, one thread; the run took {elapsed:.2} s of {wall:.2} s \
                  (process start, store open, selection); {:.0} µs CPU per snapshot for the whole command",

@@ -1,4 +1,4 @@
-//! `gavel-bench`: runs B3–B9, B12 and B13 (docs/BENCHMARKS.md), reads B1/B2 from
+//! `gavel-bench`: runs B3–B9, B11 and B12 (docs/BENCHMARKS.md), reads B1/B2 from
 //! criterion's results, prints one table and writes `bench-results.json`. Run
 //! it with `cargo xtask bench` (which builds everything in release mode and
 //! runs the criterion benchmarks first).
@@ -101,13 +101,13 @@ fn main() -> anyhow::Result<()> {
                 eprintln!("B8: memory…");
                 figures.extend(system::b8(&gavel).await?);
             }
+            if wants("B11") {
+                eprintln!("B11: storing snapshots, and backtest throughput…");
+                figures.extend(history::b11(&gavel, sizes).await?);
+            }
             if wants("B12") {
                 eprintln!("B12: console pages over {} stored items…", sizes.console_items);
                 figures.extend(console::b12(&gavel, sizes).await?);
-            }
-            if wants("B13") {
-                eprintln!("B13: storing snapshots, and backtest throughput…");
-                figures.extend(history::b13(&gavel, sizes).await?);
             }
             report::print_table(&machine, &figures);
             let json = serde_json::to_string_pretty(&report::Results {

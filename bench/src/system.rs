@@ -469,7 +469,12 @@ type Spread = (f64, f64, f64);
 
 /// Median rate and median CPU per item of `runs` end-to-end runs, through
 /// the first of `processes` (the API), judged by any of them.
-pub(crate) async fn settle_runs(processes: &[&Gavel], runs: usize, n: usize, per_request: usize) -> anyhow::Result<(Spread, f64)> {
+pub(crate) async fn settle_runs(
+    processes: &[&Gavel],
+    runs: usize,
+    n: usize,
+    per_request: usize,
+) -> anyhow::Result<(Spread, f64)> {
     let (mut rates, mut cpu) = (Vec::new(), Vec::new());
     for _ in 0..runs {
         let s = end_to_end(processes, n, per_request).await?;

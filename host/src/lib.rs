@@ -237,6 +237,7 @@ async fn start_evaluating(
         Duration::from_millis(100),
     )?;
     tasks.spawn(Arc::new(requester).run(cancel.clone()));
+    tasks.spawn(fail_stale_backtests(store.clone(), cancel.clone()));
     if config.retention.enabled {
         tasks.spawn(prune_loop(
             store.clone(),
@@ -283,6 +284,23 @@ async fn record_plugin_history(
     }
 }
 
+/// Marks failed, every half minute (and at start), the running backtests
+/// whose process went away (their heartbeat stopped).
+async fn fail_stale_backtests(store: store::SharedStore, cancel: CancellationToken) {
+    loop {
+        let now = clock::now_ms();
+        match store.fail_stale_backtests(now - backtest::STALE_AFTER_MS, now).await {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(backtests = n, "backtests whose process stopped marked failed"),
+            Err(e) => tracing::warn!(error = %e, "cannot look for backtests whose process stopped"),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+        }
+    }
+}
+
 /// Deletes what is past its retention, every interval, until caught up.
 async fn prune_loop(
     store: store::SharedStore,
@@ -292,12 +310,6 @@ async fn prune_loop(
 ) {
     let every = Duration::from_millis(policy.interval_ms.max(100));
     loop {
-        let now = clock::now_ms();
-        match store.fail_stale_backtests(now - backtest::STALE_AFTER_MS, now).await {
-            Ok(0) => {}
-            Ok(n) => tracing::warn!(backtests = n, "backtests whose process stopped marked failed"),
-            Err(e) => tracing::warn!(error = %e, "cannot look for backtests whose process stopped"),
-        }
         tokio::select! {
             _ = cancel.cancelled() => break,
             _ = tokio::time::sleep(every) => {}

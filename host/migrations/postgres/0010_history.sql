@@ -4,12 +4,12 @@
 -- The documents evaluations judged, content-addressed: `digest` is the
 -- sha256 (hex) of the canonical JSON, `body` that JSON compressed with zstd.
 -- `kind = 'snapshot'` is the snapshot without its config (one per
--- evaluation, shared by every plugin of it); `kind = 'config'` is one
--- plugin's config. A decision names both (`snapshot_digest`,
--- `config_digest`). `used_at` is the newest decision that referenced the
--- document: retention deletes what no decision has used within
--- `retention.snapshots_ms`, and a backtest counts such decisions
--- `not_replayable` ("snapshot expired").
+-- evaluation, shared by every plugin of it: it holds the evaluation's
+-- `now_ms`); `kind = 'config'` is one plugin's config. A decision names both
+-- (`snapshot_digest`, `config_digest`). `used_at` is when the first decision
+-- named the document: retention deletes snapshots older than
+-- `retention.snapshots_ms` (configs are kept), and a backtest counts their
+-- decisions `not_replayable` ("snapshot expired").
 CREATE TABLE snapshots (
     digest       TEXT PRIMARY KEY,
     kind         TEXT NOT NULL CHECK (kind IN ('snapshot', 'config')),
@@ -21,8 +21,9 @@ CREATE TABLE snapshots (
 CREATE INDEX snapshots_used ON snapshots (used_at);
 
 ALTER TABLE decisions ADD COLUMN config_digest TEXT;
--- A backtest selects the decisions of one plugin name in a time window.
-CREATE INDEX decisions_plugin_time ON decisions (plugin, created_at);
+-- A backtest pages through the decisions of one plugin name in a time
+-- window by (created_at, id).
+CREATE INDEX decisions_plugin_time ON decisions (plugin, created_at, id);
 
 -- Backtests started through the API (`POST /v1/backtests`). The process
 -- running one beats `heartbeat_at`; a `running` row whose heartbeat stopped

@@ -30,6 +30,10 @@ const HEARTBEAT: Duration = Duration::from_secs(2);
 const DEFAULT_WINDOW_MS: i64 = 7 * 86_400_000;
 /// The largest sample one request may ask for.
 const MAX_SAMPLE: u64 = 1_000_000;
+/// Config pairs one request may set.
+const MAX_OVERRIDES: usize = 64;
+/// Backtests one process holds at once (running or waiting for its slot).
+pub const MAX_QUEUED: usize = 8;
 
 /// A backtest to start.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -107,6 +111,9 @@ fn check(req: &BacktestRequest, now: i64) -> Result<backtest::Request, ApiError>
             "`replaces` must be a plugin name: 1-64 lowercase letters, digits and '-'".into(),
         ));
     }
+    if req.config.len() > MAX_OVERRIDES {
+        return Err(invalid(format!("at most {MAX_OVERRIDES} config pairs")));
+    }
     for (k, v) in &req.config {
         validate::identifier("config key", k, 128).map_err(unprocessable)?;
         validate::text(&format!("config.{k}"), v, 4096).map_err(unprocessable)?;
@@ -147,7 +154,7 @@ fn check(req: &BacktestRequest, now: i64) -> Result<backtest::Request, ApiError>
     responses(
         (status = 202, body = BacktestAccepted), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody),
-        (status = 503, body = ErrorBody),
+        (status = 429, body = ErrorBody), (status = 503, body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -159,6 +166,14 @@ pub async fn start(
     let now = now_ms();
     let mut request = check(&req, now)?;
     request.fail_closed = state.config.evaluation.fail_closed;
+    let Ok(place) = state.backtest_queue.clone().try_acquire_owned() else {
+        return Err(ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_backtests",
+            format!("this process already holds {MAX_QUEUED} backtests; wait for one to end or cancel one"),
+        )
+        .retry_after(30));
+    };
     let candidate = find_candidate(&state, &req.candidate).await?;
     let id = uuid::Uuid::now_v7().to_string();
     let label = candidate.label();
@@ -168,7 +183,7 @@ pub async fn start(
         .create_backtest(&id, &body, &label, &caller.name, now)
         .await?;
     tracing::info!(backtest = %id, candidate = %label, moderator = %caller.name, "backtest started");
-    tokio::spawn(run(state.clone(), id.clone(), candidate, request));
+    tokio::spawn(run(state.clone(), id.clone(), candidate, request, place));
     let mut response = (
         StatusCode::ACCEPTED,
         axum::Json(BacktestAccepted {
@@ -226,12 +241,30 @@ async fn heartbeat(store: SharedStore, id: String, shared: Arc<Shared>) {
     }
 }
 
-/// Runs one backtest to its end (waiting for this process's backtest slot first).
-async fn run(state: AppState, id: String, candidate: Candidate, request: backtest::Request) {
+/// Aborts the heartbeat however the run ends (a panic included: the
+/// record's heartbeat then stops and the record is marked failed).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Runs one backtest to its end (waiting for this process's backtest slot
+/// first), holding its `place` in the process's queue.
+async fn run(
+    state: AppState,
+    id: String,
+    candidate: Candidate,
+    request: backtest::Request,
+    _place: tokio::sync::OwnedSemaphorePermit,
+) {
     let shared = Arc::new(Shared::default());
-    let beat = tokio::spawn(heartbeat(state.store.clone(), id.clone(), shared.clone()));
+    let beat = AbortOnDrop(tokio::spawn(heartbeat(state.store.clone(), id.clone(), shared.clone())));
     let permit = state.backtest_slots.clone().acquire_owned().await;
     let result = match permit {
+        Ok(_) if shared.cancelled.load(Ordering::Relaxed) => Err(backtest::BacktestError::Cancelled),
         Ok(_permit) => {
             let mut progress = Beat(shared.clone());
             let engine = state.registry.engine().clone();
@@ -239,7 +272,7 @@ async fn run(state: AppState, id: String, candidate: Candidate, request: backtes
         }
         Err(_) => Err(backtest::BacktestError::Failed("the process is shutting down".into())),
     };
-    beat.abort();
+    drop(beat);
     let now = now_ms();
     let progress = crate::store::BacktestProgress {
         done: shared.done.load(Ordering::Relaxed) as i64,
@@ -264,17 +297,25 @@ async fn run(state: AppState, id: String, candidate: Candidate, request: backtes
             ("failed", ended)
         }
     };
+    // How it ended is what the record says: a cancel (or the stale sweep)
+    // may have ended it first.
+    let outcome = match ended {
+        Ok(true) => outcome,
+        Ok(false) => match state.store.backtest(&id).await {
+            Ok(Some(r)) if r.status == BacktestStatus::Failed => "failed",
+            _ => "cancelled",
+        },
+        Err(e) => {
+            tracing::error!(backtest = %id, error = %e, "cannot record the end of a backtest");
+            "failed"
+        }
+    };
     state
         .metrics
         .backtests
         .get_or_create(&crate::metrics::OutcomeLabel { outcome })
         .inc();
-    match ended {
-        Ok(true) => tracing::info!(backtest = %id, outcome, "backtest ended"),
-        // Cancelled meanwhile: the record already says so.
-        Ok(false) => tracing::info!(backtest = %id, "backtest cancelled"),
-        Err(e) => tracing::error!(backtest = %id, error = %e, "cannot record the end of a backtest"),
-    }
+    tracing::info!(backtest = %id, outcome, "backtest ended");
 }
 
 /// A backtest id is a UUID: anything else names no backtest.
@@ -419,13 +460,14 @@ pub struct ReplayQuery {
 
 /// Every stored evaluation of an item (the newest 200): the snapshot the
 /// rules judged, what each plugin decided, and what `candidate` decides on
-/// the same snapshot now. Client tokens see their own items.
+/// the same snapshot now (moderators only). Client tokens see their own items.
 #[utoipa::path(
     get, path = "/v1/items/{id}/replay", tag = "items",
     params(("id" = String, Path), ReplayQuery),
     responses(
         (status = 200, body = ItemReplay), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 422, body = ErrorBody), (status = 503, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 503, body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -439,8 +481,16 @@ pub async fn replay_item(
     if !state.store.item(&id).await?.is_some_and(|i| caller.may_read(&i.client)) {
         return Err(ApiError::not_found("item"));
     }
-    // Only compared with plugin names and digests: any other string names no candidate.
+    // Only compared with plugin names and digests: any other string names
+    // no candidate. Running one costs CPU: a moderator's call.
     let candidate = match q.candidate.as_deref().filter(|c| !c.is_empty()) {
+        Some(_) if caller.role != crate::config::Role::Moderator => {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "judging with a candidate needs a moderator token",
+            ));
+        }
         Some(c) => Some(find_candidate(&state, c).await?),
         None => None,
     };

@@ -64,8 +64,10 @@ pub struct AppState {
     pub tokens: Arc<Tokens>,
     pub client_limiter: Arc<RateLimiter>,
     pub author_limiter: Arc<AuthorLimiter>,
-    /// Backtests run one at a time per process (see `backtests.rs`).
+    /// Backtests run one at a time per process (see `backtests.rs`)...
     pub backtest_slots: Arc<tokio::sync::Semaphore>,
+    /// ...and at most `backtests::MAX_QUEUED` are held at once.
+    pub backtest_queue: Arc<tokio::sync::Semaphore>,
 }
 
 /// The parts an [`AppState`] is made of.
@@ -101,6 +103,7 @@ impl AppState {
             metrics: p.metrics,
             tokens: Arc::new(p.tokens),
             backtest_slots: Arc::new(tokio::sync::Semaphore::new(1)),
+            backtest_queue: Arc::new(tokio::sync::Semaphore::new(backtests::MAX_QUEUED)),
         }
     }
 }

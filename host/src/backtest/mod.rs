@@ -23,14 +23,14 @@ pub use report::Report;
 use crate::clock::{Millis, now_ms};
 use crate::domain::{Digest, Phase};
 use crate::rules::{RegisteredPlugin, Registry, RuleEngine};
-use crate::store::{History, ReplayUnit, StoreError};
+use crate::store::{History, ReplayUnit, StoreError, UnitCursor};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The default sample: evaluations judged when neither `sample` nor `all` is given.
 pub const DEFAULT_SAMPLE: u64 = 10_000;
 
-/// A running backtest whose heartbeat (every 10 s) is older than this has
+/// A running backtest whose heartbeat (every 2 s) is older than this has
 /// lost its process; the retention task marks it failed.
 pub const STALE_AFTER_MS: Millis = 60_000;
 
@@ -76,7 +76,7 @@ impl Candidate {
         });
         if let Some(p) = loaded {
             return Some(Ok(Candidate {
-                plugin: p.clone(),
+                plugin: Arc::new(registry.detached(p)),
                 config: Some(p.config.clone()),
             }));
         }
@@ -130,6 +130,17 @@ pub trait Progress: Send {
     }
 }
 
+/// The cancel flag of a run, if it has one.
+struct Cancel(Option<Arc<std::sync::atomic::AtomicBool>>);
+
+impl Cancel {
+    fn is_set(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
 /// Progress nobody watches.
 pub struct Quiet;
 
@@ -141,8 +152,8 @@ impl Progress for Quiet {
 }
 
 /// A small, seeded generator for drawing the sample (SplitMix64): the same
-/// window and sample size draw the same evaluations, so two candidates
-/// compare on one sample.
+/// evaluations in the window and sample size draw the same sample, so two
+/// candidates compare on one sample (give `until` to fix the window).
 struct SplitMix(u64);
 
 impl SplitMix {
@@ -170,18 +181,25 @@ struct Selection {
 
 const PAGE: i64 = 10_000;
 
-async fn select(store: &dyn History, req: &Request, name: &str) -> Result<Selection, StoreError> {
+/// The first page's cursor.
+const START: UnitCursor = (Millis::MIN, 0);
+
+async fn select(store: &dyn History, req: &Request, name: &str, cancel: &Cancel) -> Result<Selection, BacktestError> {
     let mut plugin = Some(name.to_string());
-    let mut rng = SplitMix(0x6761_7665_6c00 ^ req.since_ms as u64 ^ ((req.until_ms as u64) << 1));
+    // A fixed seed: the same population and size draw the same evaluations.
+    let mut rng = SplitMix(0x6761_7665_6c00);
     loop {
-        let (mut available, mut after) = (0u64, 0i64);
+        let (mut available, mut after) = (0u64, START);
         let mut reservoir: Vec<ReplayUnit> = Vec::new();
         loop {
+            if cancel.is_set() {
+                return Err(BacktestError::Cancelled);
+            }
             let page = store
                 .replay_units(plugin.as_deref(), req.since_ms, req.until_ms, after, PAGE)
                 .await?;
             let Some(last) = page.last() else { break };
-            after = last.decision_id;
+            after = (last.created_at, last.decision_id);
             for unit in page {
                 available += 1;
                 match req.sample {
@@ -228,7 +246,8 @@ pub async fn run(
     let clock = std::time::Instant::now();
     let stamp = candidate.plugin.plugin.stamp.clone();
     let replaces = req.replaces.clone().unwrap_or_else(|| stamp.name.clone());
-    let selection = select(store, req, &replaces).await?;
+    let cancel = Cancel(progress.cancel_flag());
+    let selection = select(store, req, &replaces, &cancel).await?;
     let total = match &selection.drawn {
         Some(d) => d.len() as u64,
         None => selection.available,
@@ -249,7 +268,7 @@ pub async fn run(
             }
         }
         None => {
-            let mut after = 0i64;
+            let mut after = START;
             loop {
                 let page = store
                     .replay_units(
@@ -261,7 +280,7 @@ pub async fn run(
                     )
                     .await?;
                 let Some(last) = page.last() else { break };
-                after = last.decision_id;
+                after = (last.created_at, last.decision_id);
                 tally.replay_chunk(store, &engine, &page).await?;
                 done += page.len() as u64;
                 if !progress.advance(done, total.max(done)).await {

@@ -138,6 +138,22 @@ struct Prepared {
     snapshot: Snapshot,
     /// sha256 of the config the candidate runs with.
     config_digest: String,
+    /// In the async phase, when the replaced plugin decided the item's
+    /// sync phase too: that sync snapshot (digest, snapshot) for the
+    /// candidate to judge, or `None` when it is gone (the stored sync
+    /// verdict is then kept).
+    sync: Option<Option<(String, Snapshot)>>,
+}
+
+/// What the replaced plugin's part of an item's sync verdict becomes on the
+/// new side of an async evaluation.
+enum SyncPart {
+    /// It had none, or the candidate does not run in the sync phase.
+    Dropped,
+    /// Its sync snapshot is gone: the stored verdict stands.
+    Kept,
+    /// The candidate's verdict on the same sync snapshot.
+    Judged(Option<Verdict>),
 }
 
 /// The running totals of a backtest.
@@ -210,7 +226,8 @@ impl Tally {
 
         // The documents to read: each unit's snapshot, and its stored config
         // when the candidate has none of its own.
-        let mut wanted: Vec<(&ReplayUnit, &ItemDecision, Phase)> = Vec::new();
+        let mut wanted: Vec<(&ReplayUnit, &ItemDecision, Phase, Option<&str>)> = Vec::new();
+        let judges_sync = self.candidate.plugin.phases.contains(&Phase::Sync);
         let mut digests: HashSet<&str> = HashSet::new();
         for unit in units {
             let Some(d) = by_id.get(&unit.decision_id) else {
@@ -233,13 +250,26 @@ impl Tally {
             {
                 digests.insert(config);
             }
-            wanted.push((unit, d, phase));
+            // An async evaluation combines with the item's sync verdict: the
+            // candidate judges the sync snapshot the replaced plugin judged.
+            let sync_digest = (phase == Phase::Async && self.replacing && judges_sync)
+                .then(|| {
+                    sync_before(&decisions, &unit.item_id, d.decision.id)
+                        .into_iter()
+                        .find(|s| s.plugin == d.decision.plugin)
+                        .map(|s| s.snapshot_digest.as_deref().unwrap_or_default())
+                })
+                .flatten();
+            if let Some(s) = sync_digest.filter(|s| !s.is_empty()) {
+                digests.insert(s);
+            }
+            wanted.push((unit, d, phase, sync_digest));
         }
         let digests: Vec<&str> = digests.into_iter().collect();
         let docs = store.input_docs(&digests).await?;
 
         let mut prepared = Vec::with_capacity(wanted.len());
-        for (unit, d, phase) in wanted {
+        for (unit, d, phase, sync_digest) in wanted {
             let digest = d.decision.snapshot_digest.as_deref().unwrap_or_default();
             let Some(json) = docs.get(digest) else {
                 self.skip("snapshot expired");
@@ -267,6 +297,11 @@ impl Tally {
                 }
             };
             let pairs: Vec<(String, String)> = config.clone().into_iter().collect();
+            let sync = sync_digest.map(|digest| {
+                docs.get(digest)
+                    .and_then(|json| rebuild(json, config.clone()).ok())
+                    .map(|(_, snapshot)| (digest.to_string(), snapshot))
+            });
             let Ok((spec, snapshot)) = rebuild(json, config) else {
                 self.skip("stored snapshot unreadable");
                 continue;
@@ -278,6 +313,7 @@ impl Tally {
                 spec,
                 snapshot,
                 config_digest: crate::judge::config_doc(&pairs).digest.clone(),
+                sync,
             });
         }
 
@@ -286,12 +322,32 @@ impl Tally {
         let cancel = self.cancel.clone();
         let stopped = move || cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed));
         let judged = tokio::task::spawn_blocking(move || {
+            // One sync snapshot judged once for all its item's async evaluations.
+            let mut sync_verdicts: HashMap<String, Option<Evaluation>> = HashMap::new();
             prepared
                 .into_iter()
                 .map_while(|p| {
                     (!stopped()).then(|| {
                         let e = plugin.evaluate(&engine, &p.snapshot, p.phase);
-                        (p, e)
+                        let sync = match &p.sync {
+                            None => SyncPart::Dropped,
+                            Some(None) => SyncPart::Kept,
+                            Some(Some((digest, snapshot))) => {
+                                let judged = sync_verdicts
+                                    .entry(digest.clone())
+                                    .or_insert_with(|| plugin.evaluate(&engine, snapshot, Phase::Sync).ok());
+                                match judged {
+                                    Some(s) => SyncPart::Judged(
+                                        s.decision
+                                            .as_ref()
+                                            .map(|d| d.verdict)
+                                            .filter(|_| s.outcome == Outcome::Ok),
+                                    ),
+                                    None => SyncPart::Kept,
+                                }
+                            }
+                        };
+                        (p, e, sync)
                     })
                 })
                 .collect::<Vec<_>>()
@@ -311,7 +367,7 @@ impl Tally {
                     .push(&d.decision);
             }
         }
-        for (p, e) in judged {
+        for (p, e, sync_part) in judged {
             match e {
                 Ok(e) => {
                     let digest = p.decision.snapshot_digest.as_deref().unwrap_or_default();
@@ -320,7 +376,7 @@ impl Tally {
                         .cloned()
                         .unwrap_or_default();
                     let sync = sync_before(&decisions, &p.item_id, p.decision.id);
-                    self.count(&p, &e, &evaluation, &sync);
+                    self.count(&p, &e, &evaluation, &sync, sync_part);
                 }
                 Err(_) => self.skip("host busy"),
             }
@@ -357,9 +413,16 @@ impl Tally {
 
     /// Counts one replayed evaluation. `sync` are the item's sync-phase
     /// decisions in force: in the async phase their verdict combines with
-    /// the evaluation's (the replaced plugin's left out of the new side; its
-    /// async verdict, judged now, stands for it).
-    fn count(&mut self, p: &Prepared, e: &Evaluation, evaluation: &[&DecisionRecord], sync: &[&DecisionRecord]) {
+    /// the evaluation's, the replaced plugin's part on the new side as
+    /// `sync_part` says.
+    fn count(
+        &mut self,
+        p: &Prepared,
+        e: &Evaluation,
+        evaluation: &[&DecisionRecord],
+        sync: &[&DecisionRecord],
+        sync_part: SyncPart,
+    ) {
         let fail_closed = self.fail_closed;
         let incumbent = self.replacing.then_some(&p.decision);
         let replaced = incumbent.map(|d| d.plugin.as_str());
@@ -391,7 +454,16 @@ impl Tally {
                 .map(|d| counted(d.outcome, d.verdict, p.phase, fail_closed))
                 .chain([counted(e.outcome, candidate_verdict, p.phase, fail_closed)]),
             p.phase,
-            sync_verdict(replaced),
+            match sync_part {
+                SyncPart::Dropped => sync_verdict(replaced),
+                SyncPart::Kept => sync_verdict(None),
+                // `defer` does not count in the sync phase.
+                SyncPart::Judged(v) => Verdict::most_severe(
+                    sync_verdict(replaced)
+                        .into_iter()
+                        .chain(v.filter(|v| *v != Verdict::Defer)),
+                ),
+            },
         );
         self.replayed += 1;
         let old_word = incumbent.map_or_else(|| "none".to_string(), |d| word(d.outcome, d.verdict));

@@ -1,6 +1,7 @@
 //! `gavel backtest` and `gavel replay`: judging stored history again with a
 //! candidate plugin, from the command line. Both read the store `gavel
-//! serve` uses (the same configuration) and write nothing to it.
+//! serve` uses (the same configuration) and write no data to it (opening
+//! it applies pending migrations, as every gavel command does).
 
 use super::parse_pair;
 use crate::backtest::{self, Candidate, Progress, Report};
@@ -113,6 +114,14 @@ async fn open(
     Arc<crate::rules::Registry>,
 )> {
     let config = flags.config()?;
+    // Never create an empty database by mistake: a backtest of nothing.
+    let url = config.database_url();
+    if let Some(path) = url.strip_prefix("sqlite://").and_then(|p| p.split('?').next()) {
+        anyhow::ensure!(
+            Path::new(path).is_file(),
+            "no database at {path}: give the store `gavel serve` uses (--gavel-config, --data-dir or --database-url)"
+        );
+    }
     let store = crate::store::open(&crate::store::StoreOptions {
         max_connections: 2,
         ..config.store_options()

@@ -90,7 +90,8 @@ pub struct LoadError {
 
 /// A compiled, linked, validated plugin, ready to evaluate. Cheap to share:
 /// an evaluation holds an `Arc<LoadedPlugin>`, so a reload never swaps code
-/// under a running evaluation.
+/// under a running evaluation. A clone shares the compiled code.
+#[derive(Clone)]
 pub struct LoadedPlugin {
     pub info: PluginInfo,
     pub stamp: Arc<PluginStamp>,

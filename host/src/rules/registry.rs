@@ -468,6 +468,28 @@ impl Registry {
         self.load_one(path, &bytes)
     }
 
+    /// A copy of a registered plugin with the same code, config and limits
+    /// but its own instances, breaker and counters: a backtest's candidate
+    /// never shares a reused instance (or a quarantine) with live traffic.
+    pub fn detached(&self, p: &RegisteredPlugin) -> RegisteredPlugin {
+        let limits = self.engine.limits();
+        RegisteredPlugin {
+            plugin: p.plugin.clone(),
+            mode: p.mode,
+            enabled: p.enabled,
+            phases: p.phases.clone(),
+            config: p.config.clone(),
+            deadline_async: p.deadline_async,
+            deadline_sync: p.deadline_sync,
+            memory_bytes: p.memory_bytes,
+            instances: p.instances.as_ref().map(|_| super::InstancePool::new(1)),
+            loaded_at_ms: p.loaded_at_ms,
+            breaker: Breaker::new(limits.breaker.clone()),
+            evaluations: AtomicU64::new(0),
+            disagreements: AtomicU64::new(0),
+        }
+    }
+
     /// A compiled plugin prepared with the default settings (no sidecar):
     /// a candidate from the compilation cache.
     pub fn prepare_loaded(&self, plugin: LoadedPlugin) -> RegisteredPlugin {

@@ -4,10 +4,12 @@
 //! An evaluation's snapshot (without config) and each plugin's config are
 //! [`InputDoc`]s: canonical JSON, named by its sha256, compressed with
 //! zstd, inserted once (`ON CONFLICT DO NOTHING`) in the same transaction
-//! as the decisions that name them (`txn::insert_decisions`). Retention
-//! deletes snapshot documents no decision has used within
-//! `retention.snapshots_ms`; config documents (a few hundred bytes per
-//! distinct config ever deployed) are kept.
+//! as the decisions that name them (`txn::insert_decisions`). `used_at` is
+//! the first decision's time: a snapshot holds its evaluation's `now_ms`,
+//! so it is named again only within that millisecond. Retention deletes
+//! snapshot documents older than `retention.snapshots_ms`; config
+//! documents (a few hundred bytes per distinct config ever deployed) are
+//! kept, since every later decision of that config names them.
 
 use super::{DecisionRecord, StoreResult};
 use crate::clock::Millis;
@@ -38,10 +40,18 @@ impl InputDoc {
     /// Names and compresses `json` (which the caller encodes canonically:
     /// the same input always gives the same bytes).
     pub fn new(kind: InputKind, json: &[u8]) -> InputDoc {
+        thread_local! {
+            // A compression context per thread: making one per call (its
+            // tables) would cost more than compressing a snapshot.
+            static COMPRESSOR: std::cell::RefCell<zstd::bulk::Compressor<'static>> = std::cell::RefCell::new(
+                zstd::bulk::Compressor::new(ZSTD_LEVEL).expect("a valid zstd level"),
+            );
+        }
+        let body = COMPRESSOR.with_borrow_mut(|c| c.compress(json).expect("compressing to memory cannot fail"));
         InputDoc {
             digest: crate::domain::Digest::of(json).to_hex(),
             kind,
-            body: zstd::bulk::compress(json, ZSTD_LEVEL).expect("compressing to memory cannot fail"),
+            body,
             bytes: json.len() as i64,
         }
     }
@@ -66,8 +76,12 @@ pub struct DecisionInputs {
 pub struct ReplayUnit {
     pub decision_id: i64,
     pub item_id: String,
-    pub snapshot_digest: Option<String>,
+    pub created_at: Millis,
 }
+
+/// Where a page of [`History::replay_units`] starts: after this
+/// `(created_at, id)`; `(Millis::MIN, 0)` for the first page.
+pub type UnitCursor = (Millis, i64);
 
 /// A decision with its item, as a backtest reads it.
 #[derive(Debug, Clone, PartialEq)]
@@ -116,22 +130,23 @@ pub struct BacktestProgress {
 #[async_trait::async_trait]
 pub trait History: Send + Sync {
     /// Decisions of `plugin` (every plugin's, one per evaluation, when
-    /// `None`) made in `[since, until)` with an id above `after`, by id;
+    /// `None`) made in `[since, until)` after `after`, by `(created_at,
+    /// id)` (index `decisions_plugin_time`: each page is a range scan);
     /// provider answers are not evaluations and are left out.
     async fn replay_units(
         &self,
         plugin: Option<&str>,
         since: Millis,
         until: Millis,
-        after: i64,
+        after: UnitCursor,
         limit: i64,
     ) -> StoreResult<Vec<ReplayUnit>>;
 
     /// Every decision of the items `ids`, by id.
     async fn decisions_of(&self, ids: &[&str]) -> StoreResult<Vec<ItemDecision>>;
 
-    /// The JSON of the stored documents `digests` (unknown or expired ones
-    /// are left out).
+    /// The JSON of the stored documents `digests` (unknown, expired or
+    /// unreadable ones are left out).
     async fn input_docs(&self, digests: &[&str]) -> StoreResult<HashMap<String, Vec<u8>>>;
 
     /// The statuses moderators set on the items `ids`, oldest first.
@@ -230,20 +245,22 @@ macro_rules! impl_history {
                     plugin: Option<&str>,
                     since: Millis,
                     until: Millis,
-                    after: i64,
+                    after: UnitCursor,
                     limit: i64,
                 ) -> StoreResult<Vec<ReplayUnit>> {
+                    let since = since.max(after.0);
                     let rows = match plugin {
                         Some(plugin) => {
-                            sqlx::query_as::<_, (i64, String, Option<String>)>(
-                                "SELECT id, item_id, snapshot_digest FROM decisions WHERE plugin = $1 \
-                                 AND created_at >= $2 AND created_at < $3 AND id > $4 AND phase <> 'provider' \
-                                 ORDER BY id LIMIT $5",
+                            sqlx::query_as::<_, (i64, String, i64)>(
+                                "SELECT id, item_id, created_at FROM decisions WHERE plugin = $1 \
+                                 AND created_at >= $2 AND created_at < $3 AND (created_at > $4 OR id > $5) \
+                                 AND phase <> 'provider' ORDER BY created_at, id LIMIT $6",
                             )
                             .bind(plugin)
                             .bind(since)
                             .bind(until)
-                            .bind(after)
+                            .bind(after.0)
+                            .bind(after.1)
                             .bind(limit)
                             .fetch_all(self.read_pool())
                             .await?
@@ -251,16 +268,18 @@ macro_rules! impl_history {
                         // A new plugin: one decision per stored evaluation (the
                         // first of the evaluation's decisions stands for it).
                         None => {
-                            sqlx::query_as::<_, (i64, String, Option<String>)>(
-                                "SELECT d.id, d.item_id, d.snapshot_digest FROM decisions d \
-                                 WHERE d.created_at >= $1 AND d.created_at < $2 AND d.id > $3 \
+                            sqlx::query_as::<_, (i64, String, i64)>(
+                                "SELECT d.id, d.item_id, d.created_at FROM decisions d \
+                                 WHERE d.created_at >= $1 AND d.created_at < $2 \
+                                 AND (d.created_at > $3 OR d.id > $4) \
                                  AND d.phase <> 'provider' AND d.snapshot_digest IS NOT NULL \
                                  AND d.id = (SELECT MIN(e.id) FROM decisions e WHERE e.item_id = d.item_id \
-                                 AND e.snapshot_digest = d.snapshot_digest) ORDER BY d.id LIMIT $4",
+                                 AND e.snapshot_digest = d.snapshot_digest) ORDER BY d.created_at, d.id LIMIT $5",
                             )
                             .bind(since)
                             .bind(until)
-                            .bind(after)
+                            .bind(after.0)
+                            .bind(after.1)
                             .bind(limit)
                             .fetch_all(self.read_pool())
                             .await?
@@ -268,10 +287,10 @@ macro_rules! impl_history {
                     };
                     Ok(rows
                         .into_iter()
-                        .map(|(decision_id, item_id, snapshot_digest)| ReplayUnit {
+                        .map(|(decision_id, item_id, created_at)| ReplayUnit {
                             decision_id,
                             item_id,
-                            snapshot_digest,
+                            created_at,
                         })
                         .collect())
                 }
@@ -301,7 +320,14 @@ macro_rules! impl_history {
                         let sql = in_list("SELECT digest, body, bytes FROM snapshots WHERE digest IN (LIST)", chunk.len());
                         let q = chunk.iter().fold(sqlx::query_as::<_, (String, Vec<u8>, i64)>(&sql), |q, d| q.bind(*d));
                         for (digest, body, bytes) in q.fetch_all(self.read_pool()).await? {
-                            out.insert(digest, InputDoc::decompress(&body, bytes)?);
+                            // An unreadable document is left out: its decisions are counted
+                            // not replayable, the rest of a backtest goes on.
+                            match InputDoc::decompress(&body, bytes) {
+                                Ok(json) => {
+                                    out.insert(digest, json);
+                                }
+                                Err(e) => tracing::warn!(%digest, error = %e, "stored snapshot unreadable"),
+                            }
                         }
                     }
                     Ok(out)

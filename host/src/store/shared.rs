@@ -134,8 +134,9 @@ macro_rules! impl_shared {
             }
 
             /// Stores the documents the decisions name, each once: a document
-            /// already stored is left as it is (`DO NOTHING` takes no row lock,
-            /// so concurrent batches sharing a config never wait on each other).
+            /// already stored is left as it is (`DO NOTHING` takes no lock on a
+            /// committed row, so concurrent batches sharing a config never wait
+            /// on each other; only two inserting the same new document do, once).
             pub(crate) async fn insert_input_docs<'d>(
                 tx: &mut Tx<'_>,
                 inputs: impl Iterator<Item = &'d DecisionInputs>,

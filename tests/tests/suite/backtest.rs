@@ -104,6 +104,15 @@ async fn fidelity_is_exact_for_every_example_plugin(setup: Setup) {
     for id in ids.iter().step_by(5).take(3) {
         flag(&s, id, 6).await;
     }
+    // An edit takes the banned term out: the async phase judges the new
+    // text, the submission's sync verdict (banned-terms') still stands.
+    let edited = s
+        .post(&format!("/v1/items/{}/events", ids[2]), &s.client)
+        .json(&json!({"kind": "edit", "actor": "author-0", "text": "an edited, harmless text"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(edited.status(), 202);
     tokio::time::sleep(Duration::from_millis(300)).await;
     settle_all(&s, &ids).await;
 
@@ -453,6 +462,48 @@ async fn a_backtest_can_be_cancelled(setup: Setup) {
     assert_eq!(list["backtests"][0]["id"], finished);
     assert!(list["backtests"][0]["report"].is_null(), "lists leave the reports out");
 
+    // A process holds at most 8 backtests (running or waiting for its slot).
+    let mut held = Vec::new();
+    for n in 0..9 {
+        let r = s
+            .post("/v1/backtests", &s.moderator)
+            .json(&json!({"candidate": "misbehave", "replaces": "link-spam", "all": true}))
+            .send()
+            .await
+            .unwrap();
+        if n < 8 {
+            assert_eq!(r.status(), 202);
+            held.push(r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string());
+        } else {
+            assert_eq!(r.status(), 429);
+            assert!(r.headers().contains_key("retry-after"));
+        }
+    }
+    for id in &held {
+        let r = s
+            .http
+            .delete(format!("{}/v1/backtests/{id}", s.url))
+            .bearer_auth(&s.moderator)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    eventually(
+        "cancelled backtests free their places",
+        Duration::from_secs(15),
+        async || {
+            s.post("/v1/backtests", &s.moderator)
+                .json(&json!({"candidate": "link-spam", "sample": 1}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                == 202
+        },
+    )
+    .await;
+
     let unknown = s
         .get("/v1/backtests/00000000-0000-7000-8000-000000000000", &s.moderator)
         .send()
@@ -495,7 +546,7 @@ async fn an_items_history_replays_step_by_step(setup: Setup) {
     tokio::time::sleep(Duration::from_millis(300)).await;
     s.settled(&id).await;
     let replay = s
-        .get_json(&format!("/v1/items/{id}/replay?candidate=banned-terms"), &s.client)
+        .get_json(&format!("/v1/items/{id}/replay?candidate=banned-terms"), &s.moderator)
         .await;
     let evaluations = replay["evaluations"].as_array().unwrap();
     assert!(evaluations.len() >= 2, "{replay:#}");
@@ -516,6 +567,15 @@ async fn an_items_history_replays_step_by_step(setup: Setup) {
         evaluations.iter().any(|e| e["snapshot"]["counters"]["flag"] == 2),
         "{replay:#}"
     );
+    let own = s.get_json(&format!("/v1/items/{id}/replay"), &s.client).await;
+    assert_eq!(own["evaluations"].as_array().unwrap().len(), evaluations.len());
+    assert!(own["evaluations"][0]["candidate"].is_null());
+    let judging = s
+        .get(&format!("/v1/items/{id}/replay?candidate=banned-terms"), &s.client)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(judging.status(), 403, "running a candidate is a moderator's call");
     let other = s
         .get(&format!("/v1/items/{id}/replay"), &s.client2)
         .send()
@@ -523,7 +583,7 @@ async fn an_items_history_replays_step_by_step(setup: Setup) {
         .unwrap();
     assert_eq!(other.status(), 404);
     let unknown = s
-        .get(&format!("/v1/items/{id}/replay?candidate=nope"), &s.client)
+        .get(&format!("/v1/items/{id}/replay?candidate=nope"), &s.moderator)
         .send()
         .await
         .unwrap();
