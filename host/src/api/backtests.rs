@@ -136,11 +136,7 @@ fn check(req: &BacktestRequest, now: i64) -> Result<backtest::Request, ApiError>
         overrides: req.config.clone().into_iter().collect(),
         since_ms,
         until_ms,
-        sample: if req.all {
-            None
-        } else {
-            Some(req.sample.unwrap_or(backtest::DEFAULT_SAMPLE))
-        },
+        sample: backtest::sample_size(req.all, req.sample),
         fail_closed: false,
     })
 }

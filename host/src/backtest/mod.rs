@@ -34,6 +34,12 @@ pub const DEFAULT_SAMPLE: u64 = 10_000;
 /// lost its process; the retention task marks it failed.
 pub const STALE_AFTER_MS: Millis = 60_000;
 
+/// The sample a request asks for: `None` (all) with `all`, else `sample`
+/// or [`DEFAULT_SAMPLE`].
+pub fn sample_size(all: bool, sample: Option<u64>) -> Option<u64> {
+    (!all).then(|| sample.unwrap_or(DEFAULT_SAMPLE))
+}
+
 /// Evaluations per store round trip and per blocking batch of the candidate.
 const CHUNK: usize = 256;
 
@@ -131,6 +137,7 @@ pub trait Progress: Send {
 }
 
 /// The cancel flag of a run, if it has one.
+#[derive(Clone)]
 struct Cancel(Option<Arc<std::sync::atomic::AtomicBool>>);
 
 impl Cancel {
@@ -252,7 +259,7 @@ pub async fn run(
         Some(d) => d.len() as u64,
         None => selection.available,
     };
-    let mut tally = replay::Tally::new(candidate, req, selection.plugin.is_some(), progress.cancel_flag());
+    let mut tally = replay::Tally::new(candidate, req, selection.plugin.is_some(), cancel);
     if !progress.advance(0, total).await {
         return Err(BacktestError::Cancelled);
     }

@@ -4,7 +4,7 @@
 use super::report::{
     Example, Fidelity, Flips, Latencies, Latency, Matrix, Moderators, Report, Sample, VersionRef, Window,
 };
-use super::{BacktestError, Candidate, Request, config_map, phase_of};
+use super::{BacktestError, Cancel, Candidate, Request, config_map, phase_of};
 use crate::clock::Millis;
 use crate::domain::{ItemStatus, Mode, Outcome, Phase, Verdict};
 use crate::rules::{Evaluation, RuleEngine, Snapshot, snapshot_from_spec};
@@ -13,7 +13,6 @@ use gavel_plugin_sdk::spec::SnapshotSpec;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Examples kept per flip bucket.
 const EXAMPLES: usize = 20;
@@ -60,12 +59,17 @@ fn sync_before<'a>(decisions: &'a [ItemDecision], item: &str, before: i64) -> Ve
     let Some(last) = earlier.clone().max_by_key(|d| d.id) else {
         return Vec::new();
     };
-    earlier
-        .filter(|d| match (&d.snapshot_digest, &last.snapshot_digest) {
-            (Some(a), Some(b)) => a == b,
-            _ => d.created_at == last.created_at,
-        })
-        .collect()
+    earlier.filter(|d| same_evaluation(d, last)).collect()
+}
+
+/// Whether two decisions of an item were made in one evaluation: on one
+/// stored snapshot, or (none stored) in one phase at one time and version.
+fn same_evaluation(a: &DecisionRecord, b: &DecisionRecord) -> bool {
+    match (&a.snapshot_digest, &b.snapshot_digest) {
+        (Some(x), Some(y)) => x == y,
+        (None, None) => a.phase == b.phase && a.created_at == b.created_at && a.item_version == b.item_version,
+        _ => false,
+    }
 }
 
 /// A decision as one word: its verdict, or how it failed.
@@ -177,11 +181,11 @@ pub(super) struct Tally {
     incumbents: BTreeSet<(String, String, String)>,
     moderators: HashMap<String, Option<ModeratorView>>,
     reviewed: HashMap<String, Reviewed>,
-    cancel: Option<Arc<AtomicBool>>,
+    cancel: Cancel,
 }
 
 impl Tally {
-    pub(super) fn new(candidate: &Candidate, req: &Request, replacing: bool, cancel: Option<Arc<AtomicBool>>) -> Tally {
+    pub(super) fn new(candidate: &Candidate, req: &Request, replacing: bool, cancel: Cancel) -> Tally {
         Tally {
             candidate: candidate.clone(),
             overrides: req.overrides.clone(),
@@ -320,7 +324,7 @@ impl Tally {
         let plugin = self.candidate.plugin.clone();
         let engine = engine.clone();
         let cancel = self.cancel.clone();
-        let stopped = move || cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed));
+        let stopped = move || cancel.is_set();
         let judged = tokio::task::spawn_blocking(move || {
             // One sync snapshot judged once for all its item's async evaluations.
             let mut sync_verdicts: HashMap<String, Option<Evaluation>> = HashMap::new();
@@ -354,7 +358,7 @@ impl Tally {
         })
         .await
         .map_err(|e| BacktestError::Failed(format!("the candidate's evaluation thread failed: {e}")))?;
-        if self.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) {
+        if self.cancel.is_set() {
             return Err(BacktestError::Cancelled);
         }
 
@@ -557,11 +561,7 @@ impl Tally {
         let stamp = &self.candidate.plugin.plugin.stamp;
         let moderators = self.moderators();
         Report {
-            candidate: VersionRef {
-                name: stamp.name.clone(),
-                version: stamp.version.clone(),
-                digest: stamp.digest.to_hex(),
-            },
+            candidate: VersionRef::of(stamp),
             incumbent: self
                 .incumbents
                 .iter()
@@ -684,18 +684,9 @@ pub async fn replay_item(
     candidate: Option<&Candidate>,
 ) -> Result<ItemReplay, BacktestError> {
     let decisions = store.decisions_of(&[item_id]).await?;
-    // Group the decisions by evaluation: one stored snapshot, or (without
-    // one) one phase at one time and version.
     let mut groups: Vec<(Option<String>, Vec<DecisionRecord>)> = Vec::new();
     for d in decisions.into_iter().map(|d| d.decision) {
-        let same = |(digest, ds): &&mut (Option<String>, Vec<DecisionRecord>)| match (&d.snapshot_digest, digest) {
-            (Some(a), Some(b)) => a == b,
-            (None, None) => ds.first().is_some_and(|f| {
-                f.phase == d.phase && f.created_at == d.created_at && f.item_version == d.item_version
-            }),
-            _ => false,
-        };
-        match groups.iter_mut().find(same) {
+        match groups.iter_mut().find(|(_, ds)| same_evaluation(&ds[0], &d)) {
             Some((_, ds)) => ds.push(d),
             None => groups.push((d.snapshot_digest.clone(), vec![d])),
         }
@@ -784,14 +775,7 @@ pub async fn replay_item(
             }
         }
     }
-    let candidate = candidate.map(|c| {
-        let s = &c.plugin.plugin.stamp;
-        VersionRef {
-            name: s.name.clone(),
-            version: s.version.clone(),
-            digest: s.digest.to_hex(),
-        }
-    });
+    let candidate = candidate.map(|c| VersionRef::of(&c.plugin.plugin.stamp));
     Ok(ItemReplay {
         item_id: item_id.to_string(),
         candidate,

@@ -13,6 +13,17 @@ pub struct VersionRef {
     pub digest: String,
 }
 
+impl VersionRef {
+    /// The stamp of a loaded plugin.
+    pub fn of(stamp: &crate::rules::PluginStamp) -> VersionRef {
+        VersionRef {
+            name: stamp.name.clone(),
+            version: stamp.version.clone(),
+            digest: stamp.digest.to_hex(),
+        }
+    }
+}
+
 /// The time window replayed, milliseconds since the Unix epoch (`until` exclusive).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Window {

@@ -163,11 +163,7 @@ pub async fn backtest(args: BacktestArgs) -> anyhow::Result<ExitCode> {
         overrides: args.config.clone(),
         since_ms: args.since,
         until_ms: args.until.unwrap_or_else(now_ms),
-        sample: if args.all {
-            None
-        } else {
-            Some(args.sample.unwrap_or(backtest::DEFAULT_SAMPLE))
-        },
+        sample: backtest::sample_size(args.all, args.sample),
         fail_closed: config.evaluation.fail_closed,
     };
     let bar = indicatif::ProgressBar::new(0);

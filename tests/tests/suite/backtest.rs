@@ -190,30 +190,6 @@ async fn a_stricter_config_actions_only_the_expected_items(setup: Setup) {
         ids.push(id);
     }
     settle_all(&s, &ids).await;
-    let statuses = |s: &'_ TestServer| {
-        let ids = ids.clone();
-        let (url, token, http) = (s.url.clone(), s.moderator.clone(), s.http.clone());
-        async move {
-            let mut out = Vec::new();
-            for id in &ids {
-                let item: Value = http
-                    .get(format!("{url}/v1/items/{id}"))
-                    .bearer_auth(&token)
-                    .send()
-                    .await
-                    .unwrap()
-                    .json()
-                    .await
-                    .unwrap();
-                out.push((
-                    item["status"].clone(),
-                    item["version"].clone(),
-                    item["transitions"].clone(),
-                ));
-            }
-            out
-        }
-    };
     // Every transition so far delivered, then nothing more may arrive.
     let changes = s.get_json("/v1/changes?limit=1000", &s.moderator).await["changes"]
         .as_array()
@@ -223,7 +199,7 @@ async fn a_stricter_config_actions_only_the_expected_items(setup: Setup) {
         receiver.accepted().len() >= changes
     })
     .await;
-    let before = statuses(&s).await;
+    let before = statuses(&s, &ids).await;
     let delivered = receiver.accepted().len();
 
     let record = backtest(
@@ -251,7 +227,7 @@ async fn a_stricter_config_actions_only_the_expected_items(setup: Setup) {
     assert_eq!(report["verdicts"]["allow"]["reject"], n, "{report:#}");
 
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(statuses(&s).await, before, "a backtest changed an item");
+    assert_eq!(statuses(&s, &ids).await, before, "a backtest changed an item");
     assert_eq!(receiver.accepted().len(), delivered, "a backtest sent a webhook");
     let after = s.get_json("/v1/changes?limit=1000", &s.moderator).await["changes"]
         .as_array()
@@ -276,6 +252,20 @@ async fn a_stricter_config_actions_only_the_expected_items(setup: Setup) {
     let shot = shots.join(format!("backtest-report-{setup:?}.png").to_lowercase());
     open_in_browser(&page, &shot);
     s.stop().await.unwrap();
+}
+
+/// Each item's status, version and transition trail.
+async fn statuses(s: &TestServer, ids: &[String]) -> Vec<(Value, Value, Value)> {
+    let mut out = Vec::new();
+    for id in ids {
+        let item = s.get_json(&format!("/v1/items/{id}"), &s.moderator).await;
+        out.push((
+            item["status"].clone(),
+            item["version"].clone(),
+            item["transitions"].clone(),
+        ));
+    }
+    out
 }
 
 /// Runs `tests/console/report.mjs` on a report page: it fails on any
@@ -316,7 +306,7 @@ async fn moderator_agreement_is_counted_on_known_answers(setup: Setup) {
         assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
     };
     // A: rejected by banned-terms; a moderator reverses two, leaves one.
-    let a: Vec<String> = futures_join(&s, (0..3).map(|i| (format!("a{i}"), format!("scamcoin deal {i}")))).await;
+    let a: Vec<String> = submit_all(&s, (0..3).map(|i| (format!("a{i}"), format!("scamcoin deal {i}")))).await;
     // B: allowed; a moderator rejects it (the rules missed it).
     let b = s.submit("b", "a harmless post about gardening").await;
     // C: held by flag-ratio after six flags; a moderator approves it.
@@ -357,7 +347,7 @@ async fn moderator_agreement_is_counted_on_known_answers(setup: Setup) {
 }
 
 /// Submits `(author, text)` pairs; their ids in order.
-async fn futures_join(s: &TestServer, items: impl Iterator<Item = (String, String)>) -> Vec<String> {
+async fn submit_all(s: &TestServer, items: impl Iterator<Item = (String, String)>) -> Vec<String> {
     let mut ids = Vec::new();
     for (author, text) in items {
         ids.push(s.submit(&author, &text).await);
