@@ -153,7 +153,8 @@ impl Dispatcher {
             "delivery.send",
             endpoint = %d.endpoint,
             event_id = %d.change.event_id,
-            item = %d.change.item_id,
+            item = d.change.item_id.as_deref().unwrap_or(""),
+            author = d.change.author.as_deref().unwrap_or(""),
             attempt = d.attempts
         );
         self.attempt(&d).instrument(span).await;

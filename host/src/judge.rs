@@ -7,7 +7,8 @@ use crate::clock::now_ms;
 use crate::domain::{Mode, Outcome, Phase, Verdict};
 use crate::metrics::Metrics;
 use crate::rules::{
-    Admission, AuthorStats, Evaluation, Event, HostError, Item, RegisteredPlugin, Registry, Snapshot, fit_snapshot,
+    Admission, AuthorStats, Evaluation, Event, HostError, Item, RegisteredPlugin, Registry, Snapshot, Standing,
+    fit_snapshot,
 };
 use crate::store::{DecisionInputs, InputDoc, InputKind, NewDecision, SnapshotData};
 use std::collections::HashMap;
@@ -32,6 +33,13 @@ pub fn snapshot_of(data: &SnapshotData, phase: Phase, now_ms: i64, max_bytes: us
             recent_items: clamp_u32(data.author_recent_items),
             rejected_items: clamp_u32(data.author_rejected_items),
             held_items: clamp_u32(data.author_held_items),
+            standing: Standing {
+                state: data.standing.state.clone(),
+                strikes: data.standing.strikes as f32,
+                items: clamp_u32(data.standing.items),
+                rejected_items: clamp_u32(data.standing.rejected_items),
+                first_seen_ms: data.standing.first_seen.max(0) as u64,
+            },
         },
         duplicate_count: clamp_u32(data.duplicate_count),
         trigger: data

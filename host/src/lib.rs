@@ -113,6 +113,7 @@ pub async fn serve_with_metrics(
         evaluation,
         ingest: config.ingest.clone(),
         providers: config.providers.clone(),
+        standing: Arc::new(config.standing.clone()),
         metrics: metrics.clone(),
     });
     tasks.spawn(worker.clone().sample_queue(cancel.clone()));

@@ -28,6 +28,12 @@ pub struct VerdictLabel {
     pub verdict: &'static str,
 }
 
+/// `to` label: the account state an author reached.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AuthorTransitionLabel {
+    pub to: String,
+}
+
 /// A plugin version.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PluginLabels {
@@ -125,6 +131,10 @@ metrics! {
         => "rule_evaluation_seconds", "Rule evaluation duration";
     /// Combined verdicts of committed evaluations.
     decisions: Family<VerdictLabel, Counter> => "decisions", "Combined verdicts of committed evaluations";
+    /// Author standing recomputations committed.
+    author_recomputations: Counter => "author_recomputations", "Author standing recomputations";
+    /// Changes of authors' account states, automated, by the state reached.
+    author_transitions: Family<AuthorTransitionLabel, Counter> => "author_transitions", "Automated changes of authors' account states, by state reached";
     /// Automated decisions a moderator overturned, by plugin version.
     reversals: Family<PluginLabels, Counter> => "reversals", "Automated decisions a moderator overturned";
     /// Shadow decisions that disagreed with the enforced outcome.

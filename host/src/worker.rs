@@ -11,12 +11,14 @@ use crate::clock::now_ms;
 use crate::config::{EvaluationConfig, IngestConfig, ProviderConfig};
 use crate::coordinator::{CoordinatorError, Lease, Schedule, SharedCoordinator};
 use crate::domain::policy::{EvaluationInputs, ProviderAnswer, evaluation};
-use crate::domain::{Actor, ItemStatus, Mode, Phase};
+use crate::domain::standing::StandingPolicy;
+use crate::domain::{Actor, ItemStatus, Mode, Outcome, Phase, Verdict};
 use crate::judge::{Judgement, judge, snapshot_of};
 use crate::metrics::Metrics;
 use crate::rules::{EvaluationPool, HostError, Registry};
 use crate::store::{
-    CommitOutcome, EvaluationCommit, Handoff, SharedStore, SnapshotData, SnapshotWindows, StoreError, Writes,
+    CommitOutcome, EvaluationCommit, Handoff, NewDecision, SharedStore, SnapshotData, SnapshotWindows, StoreError,
+    Writes,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
@@ -40,6 +42,32 @@ async fn bounded<T>(
         tracing::warn!(call, "the coordinator did not answer in 10 s");
         Err(CoordinatorError(format!("{call}: no answer in 10 s")))
     })
+}
+
+/// The coordinator's key of an author (an entity of its own in the queue,
+/// beside items, whose keys are UUIDs): `author:LEN:CLIENT:AUTHOR`, the
+/// client's length making any client and author names unambiguous.
+pub fn author_key(client: &str, author: &str) -> String {
+    format!("author:{}:{client}:{author}", client.len())
+}
+
+/// The (client, author) of an [`author_key`]; `None` for an item's key.
+pub fn parse_author_key(key: &str) -> Option<(&str, &str)> {
+    let rest = key.strip_prefix("author:")?;
+    let (len, rest) = rest.split_once(':')?;
+    let len: usize = len.parse().ok()?;
+    let client = rest.get(..len)?;
+    let author = rest.get(len..)?.strip_prefix(':')?;
+    Some((client, author))
+}
+
+/// Whether a decision may count as a strike against its item's author
+/// (the store marks the author for recomputation in the same transaction).
+pub fn may_strike(d: &NewDecision) -> bool {
+    d.mode == Mode::Enforce
+        && d.applied
+        && d.outcome == Outcome::Ok
+        && matches!(d.verdict, Some(Verdict::Flag | Verdict::Hold | Verdict::Reject))
 }
 
 /// Asks the coordinator for evaluations. Cheap to clone.
@@ -75,6 +103,17 @@ impl Scheduler {
         self.schedule_with(item, self.evaluation.schedule_for(kind, now)).await;
     }
 
+    /// Queues a recomputation of an author's standing, debounced like an
+    /// item (`[evaluation.kinds.author]` overrides it): a burst of decisions
+    /// on one author's items is counted once, after it goes quiet. The
+    /// store marked the author in the decisions' transaction, so a lost
+    /// request is found by the reconciler.
+    pub async fn schedule_author(&self, client: &str, author: &str) {
+        let now = now_ms();
+        self.schedule_with(&author_key(client, author), self.evaluation.schedule_for("author", now))
+            .await;
+    }
+
     /// Queues `item` to be evaluated as soon as a worker is free (the
     /// priority path: a moderator's "re-evaluate now", a replayed dead letter).
     pub async fn schedule_now(&self, item: &str) {
@@ -99,6 +138,8 @@ pub struct WorkerParts {
     pub ingest: IngestConfig,
     /// Providers a `defer` may name, with their deadlines.
     pub providers: BTreeMap<String, ProviderConfig>,
+    /// Author standing: recomputed when an author's key is claimed.
+    pub standing: Arc<StandingPolicy>,
     pub metrics: Arc<Metrics>,
 }
 
@@ -123,6 +164,16 @@ impl std::fmt::Display for Failure {
             Failure::Host(e) => e.fmt(f),
         }
     }
+}
+
+/// One item judged, ready to commit.
+struct Judged {
+    /// Index into the claimed ids.
+    index: usize,
+    commit: EvaluationCommit,
+    verdict: Verdict,
+    /// The item's (client, author), when a decision may count against them.
+    author: Option<(String, String)>,
 }
 
 /// How one claimed item's evaluation ended.
@@ -234,10 +285,12 @@ impl Worker {
     async fn process(&self, leases: Vec<Lease>) {
         let m = &self.parts.metrics;
         m.evaluations_in_flight.inc_by(leases.len() as i64);
-        let ids: Vec<&str> = leases.iter().map(|l| l.item.as_str()).collect();
-        let settled = self.evaluate_batch(&ids).await;
+        let (authors, items): (Vec<&Lease>, Vec<&Lease>) =
+            leases.iter().partition(|l| parse_author_key(&l.item).is_some());
+        let ids: Vec<&str> = items.iter().map(|l| l.item.as_str()).collect();
+        let (settled, _) = tokio::join!(self.evaluate_batch(&ids), self.recompute_authors(&authors));
         m.evaluations_in_flight.dec_by(leases.len() as i64);
-        for (lease, outcome) in leases.iter().zip(settled) {
+        for (lease, outcome) in items.into_iter().zip(settled) {
             let item = lease.item.as_str();
             match outcome {
                 Settled::Done => {
@@ -265,6 +318,60 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// Recomputes the claimed authors' standing, each in one transaction
+    /// of its own (the store locks the author's row and fences the change on
+    /// its version: two workers recomputing one author change it once).
+    /// A failure is retried with backoff, for as long as it takes: the
+    /// store's `recheck_at` keeps the author due meanwhile.
+    async fn recompute_authors(&self, leases: &[&Lease]) {
+        let p = &self.parts;
+        if !p.standing.enabled {
+            return;
+        }
+        let jobs = leases.iter().filter_map(|l| parse_author_key(&l.item).map(|k| (l, k)));
+        let runs = jobs.map(|(lease, (client, author))| async move {
+            let correlation_id = format!("standing-{}", uuid::Uuid::now_v7());
+            let outcome = p
+                .store
+                .recompute_author(client, author, &p.standing, &correlation_id, now_ms())
+                .await;
+            match outcome {
+                Ok(Some(r)) => {
+                    self.attempts.lock().expect("lock").remove(&lease.item);
+                    p.metrics.author_recomputations.inc();
+                    if let Some((from, version)) = &r.transitioned {
+                        p.metrics
+                            .author_transitions
+                            .get_or_create(&crate::metrics::AuthorTransitionLabel {
+                                to: r.status.clone(),
+                            })
+                            .inc();
+                        tracing::info!(client, author, %from, to = %r.status, version, strikes = r.strikes, "author.transition");
+                    }
+                    // The window moving is the next change nothing else announces.
+                    if let Some(at) = r.recheck_at {
+                        self.reschedule(&lease.item, Schedule::At(at)).await;
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    let attempt = {
+                        let mut attempts = self.attempts.lock().expect("lock");
+                        let n = attempts.entry(lease.item.clone()).or_insert(0);
+                        *n = n.saturating_add(1);
+                        *n
+                    };
+                    let e_cfg = &p.evaluation;
+                    let wait = crate::retry::backoff_ms(attempt, e_cfg.retry_base_ms, e_cfg.retry_max_ms);
+                    p.metrics.retries.inc();
+                    tracing::warn!(client, author, attempt, retry_in_ms = wait, error = %e, "author recomputation failed; retrying");
+                    self.reschedule(&lease.item, Schedule::At(now_ms() + wait)).await;
+                }
+            }
+        });
+        futures::future::join_all(runs).await;
     }
 
     async fn failed(&self, item: &str, error: Failure) {
@@ -310,13 +417,19 @@ impl Worker {
     /// Queues every item the store says is waiting since before `before`
     /// and that no worker holds.
     async fn reconcile(&self, before: i64) {
-        let pending = match self.parts.store.pending_evaluations(before, 1000).await {
+        let mut pending = match self.parts.store.pending_evaluations(before, 1000).await {
             Ok(ids) => ids,
             Err(e) => {
                 tracing::warn!(error = %e, "reconcile: cannot list pending items");
                 return;
             }
         };
+        if self.parts.standing.enabled {
+            match self.parts.store.authors_due(before, 1000).await {
+                Ok(authors) => pending.extend(authors.iter().map(|(c, a)| author_key(c, a))),
+                Err(e) => tracing::warn!(error = %e, "reconcile: cannot list authors due"),
+            }
+        }
         let now = now_ms();
         for id in pending {
             match bounded("is_leased", self.parts.coordinator.is_leased(&id, now)).await {
@@ -340,6 +453,7 @@ impl Worker {
         let windows = SnapshotWindows {
             author_since: now - p.ingest.author_window_ms,
             duplicate_since: now - p.ingest.duplicate_window_ms,
+            standing_since: now - p.standing.window_ms,
         };
         let snapshots = match p.store.snapshots(ids, windows).await {
             Ok(s) => s,
@@ -360,11 +474,7 @@ impl Worker {
     /// Judges every item with a snapshot side by side on the evaluation
     /// threads; returns each id's outcome so far and the commits to make
     /// (index into `ids`, commit, verdict).
-    async fn judge_all(
-        &self,
-        ids: &[&str],
-        mut by_id: HashMap<String, SnapshotData>,
-    ) -> (Vec<Settled>, Vec<(usize, EvaluationCommit, crate::domain::Verdict)>) {
+    async fn judge_all(&self, ids: &[&str], mut by_id: HashMap<String, SnapshotData>) -> (Vec<Settled>, Vec<Judged>) {
         let p = &self.parts;
         let now = now_ms();
         // Every item judged side by side on the evaluation threads.
@@ -395,7 +505,14 @@ impl Worker {
             match judged.and_then(|(data, j)| j.map(|j| (data, j))) {
                 Ok((data, judgement)) => {
                     let (commit, verdict) = self.decide(&data, &judgement);
-                    commits.push((i, commit, verdict));
+                    let author = (p.standing.enabled && commit.decisions.iter().any(may_strike))
+                        .then(|| (data.item.client.clone(), data.item.author.clone()));
+                    commits.push(Judged {
+                        index: i,
+                        commit,
+                        verdict,
+                        author,
+                    });
                 }
                 Err(e) => settled[i] = Settled::Failed(Failure::Host(e)),
             }
@@ -404,19 +521,18 @@ impl Worker {
     }
 
     /// Commits the judgements through group commit and settles each.
-    async fn commit_all(
-        &self,
-        commits: Vec<(usize, EvaluationCommit, crate::domain::Verdict)>,
-        settled: &mut [Settled],
-    ) {
+    async fn commit_all(&self, commits: Vec<Judged>, settled: &mut [Settled]) {
         let p = &self.parts;
         let mut index = Vec::with_capacity(commits.len());
         let mut batch = Vec::with_capacity(commits.len());
         let mut combined = Vec::with_capacity(commits.len());
-        for (i, c, verdict) in commits {
-            combined.push((c.item_id.clone(), c.from, c.to, verdict));
-            index.push(i);
+        let mut authors = Vec::new();
+        for j in commits {
+            let c = j.commit;
+            combined.push((c.item_id.clone(), c.from, c.to, j.verdict));
+            index.push(j.index);
             batch.push(c);
+            authors.push(j.author);
         }
         let span = tracing::info_span!("item.transition", items = batch.len());
         let outcomes = p.writes.commit_evaluations(batch).instrument(span).await;
@@ -429,7 +545,14 @@ impl Worker {
                 })
                 .inc();
         };
-        for ((i, outcome), (item, from, to, verdict)) in index.into_iter().zip(outcomes).zip(combined) {
+        let mut strikes = std::collections::BTreeSet::new();
+        for (((i, outcome), (item, from, to, verdict)), author) in
+            index.into_iter().zip(outcomes).zip(combined).zip(authors)
+        {
+            if let (Ok(CommitOutcome::Transitioned { .. } | CommitOutcome::Recorded), Some(author)) = (&outcome, author)
+            {
+                strikes.insert(author);
+            }
             settled[i] = match outcome {
                 Ok(CommitOutcome::Transitioned { version }) => {
                     committed(verdict);
@@ -443,6 +566,15 @@ impl Worker {
                 Ok(CommitOutcome::Stale) => Settled::Stale,
                 Err(e) => Settled::Failed(Failure::Store(e)),
             };
+        }
+        // Decisions that may count against their authors: each author once,
+        // debounced (the store marked them in the commit's transaction).
+        for (client, author) in strikes {
+            self.reschedule(
+                &author_key(&client, &author),
+                self.parts.evaluation.schedule_for("author", now_ms()),
+            )
+            .await;
         }
     }
 

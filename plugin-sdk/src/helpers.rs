@@ -55,6 +55,29 @@ impl Snapshot {
     pub fn triggered_by(&self, kind: &str) -> usize {
         self.trigger.iter().filter(|e| e.kind == kind).count()
     }
+
+    /// How long gavel has known the author: `now_ms` minus the standing's
+    /// `first_seen_ms` (0 when the first sighting is ahead of the clock), or
+    /// `None` when the snapshot carries no first-seen time (0).
+    ///
+    /// ```
+    /// use gavel_plugin_sdk::testing::SnapshotBuilder;
+    /// let s = SnapshotBuilder::new().standing("good", 0.0, 1, 0, 1_000).now_ms(61_000).build();
+    /// assert_eq!(s.author_age_ms(), Some(60_000));
+    /// assert!(s.is_new_author(3_600_000));
+    /// assert!(!s.is_new_author(60_000));
+    /// assert_eq!(SnapshotBuilder::new().build().author_age_ms(), None);
+    /// ```
+    pub fn author_age_ms(&self) -> Option<u64> {
+        let first_seen = self.author.standing.first_seen_ms;
+        (first_seen > 0).then(|| self.now_ms.saturating_sub(first_seen))
+    }
+
+    /// Whether gavel first saw the author less than `max_age_ms` ago; `false`
+    /// when the first-seen time is unknown (see [`Snapshot::author_age_ms`]).
+    pub fn is_new_author(&self, max_age_ms: u64) -> bool {
+        self.author_age_ms().is_some_and(|age| age < max_age_ms)
+    }
 }
 
 impl Decision {

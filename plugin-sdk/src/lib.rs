@@ -2,9 +2,9 @@
 //!
 //! A rule is a type implementing [`Rule`], exported with [`export_rule!`] and
 //! built for `wasm32-wasip2`. It judges a [`Snapshot`] (the item, its
-//! counters, the author's recent history, the sidecar config) and returns a
-//! [`Decision`]. It has no network, no files and no clock: everything it may
-//! judge is in the snapshot.
+//! counters, the author's recent history and account [`Standing`], the
+//! sidecar config) and returns a [`Decision`]. It has no network, no files
+//! and no clock: everything it may judge is in the snapshot.
 //!
 //! ```
 //! use gavel_plugin_sdk::{export_rule, Decision, Phase, PluginInfo, Rule, Snapshot};
@@ -77,7 +77,7 @@ pub mod spec;
 pub mod testing;
 
 pub use bindings::gavel::rules::types::{
-    AuthorStats, Decision, Event, Item, Level, Phase, PluginInfo, Snapshot, Verdict,
+    AuthorStats, Decision, Event, Item, Level, Phase, PluginInfo, Snapshot, Standing, Verdict,
 };
 /// Re-exported so rule crates need no direct dependency on wit-bindgen.
 pub use wit_bindgen;

@@ -79,6 +79,42 @@ pub struct AuthorSpec {
     pub recent_items: u32,
     pub rejected_items: u32,
     pub held_items: u32,
+    /// The author's account standing; absent means a `good` author with no
+    /// history ([`StandingSpec::default`]).
+    pub standing: StandingSpec,
+}
+
+/// The author's account standing in an [`AuthorSpec`]. Field names mirror
+/// the WIT `standing` record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StandingSpec {
+    /// The account state, e.g. `good`, `watch`, `restricted`, `suspended`
+    /// (the names are the host's configuration). Default `good`.
+    pub state: String,
+    /// The strike score: the weighted sum of the enforced, not reversed
+    /// decisions on the author's items inside the standing window, as of
+    /// the author's last recomputation.
+    pub strikes: f32,
+    /// Items by this author received within the standing window.
+    pub items: u32,
+    /// Of those, the items currently `rejected`.
+    pub rejected_items: u32,
+    /// When gavel first saw this author, milliseconds since the Unix epoch;
+    /// 0 (the default) when not given.
+    pub first_seen_ms: u64,
+}
+
+impl Default for StandingSpec {
+    fn default() -> Self {
+        StandingSpec {
+            state: "good".to_string(),
+            strikes: 0.0,
+            items: 0,
+            rejected_items: 0,
+            first_seen_ms: 0,
+        }
+    }
 }
 
 /// A trigger event in a [`SnapshotSpec`].

@@ -8,7 +8,7 @@
 //! assert_eq!(snapshot.config_or("quorum", 0).unwrap(), 5);
 //! ```
 
-use crate::{AuthorStats, Event, Item, Level, Phase, Snapshot};
+use crate::{AuthorStats, Event, Item, Level, Phase, Snapshot, Standing};
 use std::cell::RefCell;
 
 thread_local! {
@@ -28,7 +28,8 @@ pub fn take_logs() -> Vec<(Level, String)> {
 }
 
 /// Builds a [`Snapshot`] with sensible defaults (an async-phase `post` by
-/// `author-1`, version 1, no counters).
+/// `author-1`, version 1, no counters, an author in `good` standing with no
+/// history and an unknown first-seen time, 0).
 #[derive(Debug, Clone)]
 pub struct SnapshotBuilder {
     snapshot: Snapshot,
@@ -59,6 +60,13 @@ impl SnapshotBuilder {
                     recent_items: 0,
                     rejected_items: 0,
                     held_items: 0,
+                    standing: Standing {
+                        state: "good".into(),
+                        strikes: 0.0,
+                        items: 0,
+                        rejected_items: 0,
+                        first_seen_ms: 0,
+                    },
                 },
                 duplicate_count: 0,
                 trigger: Vec::new(),
@@ -106,11 +114,25 @@ impl SnapshotBuilder {
         self
     }
 
+    /// Sets the author's recent history; the standing is kept.
     pub fn author_stats(mut self, recent_items: u32, rejected_items: u32, held_items: u32) -> Self {
-        self.snapshot.author = AuthorStats {
-            recent_items,
+        self.snapshot.author.recent_items = recent_items;
+        self.snapshot.author.rejected_items = rejected_items;
+        self.snapshot.author.held_items = held_items;
+        self
+    }
+
+    /// Sets the author's account standing: the state (`good`, `watch`, ...),
+    /// the strike score, the items and rejected items in the standing window,
+    /// and when gavel first saw the author (ms since the Unix epoch; compare
+    /// with [`SnapshotBuilder::now_ms`]).
+    pub fn standing(mut self, state: &str, strikes: f32, items: u32, rejected_items: u32, first_seen_ms: u64) -> Self {
+        self.snapshot.author.standing = Standing {
+            state: state.into(),
+            strikes,
+            items,
             rejected_items,
-            held_items,
+            first_seen_ms,
         };
         self
     }
@@ -121,6 +143,12 @@ impl SnapshotBuilder {
             actor: actor.into(),
             at_ms,
         });
+        self
+    }
+
+    /// Sets the host's clock when the snapshot was taken (ms since the Unix epoch).
+    pub fn now_ms(mut self, now_ms: u64) -> Self {
+        self.snapshot.now_ms = now_ms;
         self
     }
 
@@ -158,6 +186,13 @@ mod cases {
                     recent_items: spec.author.recent_items,
                     rejected_items: spec.author.rejected_items,
                     held_items: spec.author.held_items,
+                    standing: Standing {
+                        state: spec.author.standing.state.clone(),
+                        strikes: spec.author.standing.strikes,
+                        items: spec.author.standing.items,
+                        rejected_items: spec.author.standing.rejected_items,
+                        first_seen_ms: spec.author.standing.first_seen_ms,
+                    },
                 },
                 duplicate_count: spec.duplicate_count,
                 trigger: spec

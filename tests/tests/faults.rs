@@ -4,8 +4,9 @@
 //! runs through idempotency keys alone (no `external_id`: only the key
 //! keeps a retry from making a second item), retrying on the other api
 //! process; event bursts on hot items; moderators racing the rules; media
-//! handed to a (fake) classifier whose answers later votes must not undo.
-//! Meanwhile plugins are hot-swapped and faults injected: workers SIGKILLed
+//! handed to a (fake) classifier whose answers later votes must not undo;
+//! spammers whose rejected posts move their accounts through the standing
+//! tiers while moderators reverse some of them (A1, A2). Meanwhile plugins are hot-swapped and faults injected: workers SIGKILLed
 //! and restarted, a worker paused past its lease, an api paused past the
 //! idempotency lock (a retry takes its keys over), the api killed,
 //! redis-server SIGKILLed (no persistence) and restarted, PostgreSQL
@@ -56,6 +57,7 @@ struct Tally {
     unavailable: AtomicU64,
     moderations: AtomicU64,
     media: AtomicU64,
+    spam: AtomicU64,
 }
 
 /// The processes: 2 api + 2 workers on one PostgreSQL and one Redis, a
@@ -128,6 +130,8 @@ max_attempts = 20
 [evaluation.debounce]
 window_ms = 100
 max_wait_ms = 500
+[standing]
+enabled = true
 [delivery]
 timeout_ms = 1000
 retry_base_ms = 50
@@ -295,6 +299,75 @@ fn run_workload(
             acknowledged
         });
     }
+    // Spammers: bursts of posts link-spam rejects, from three authors, so
+    // their accounts climb the standing tiers (each crossing judged by
+    // either worker, leases lost to the faults); now and then a moderator
+    // reverses one, so an account also moves down.
+    let (http, client, moderator) = (http.clone(), d.client.clone(), d.moderator.clone());
+    let mut rng = Rng(seed ^ 0x5eed_5a4d);
+    // Returns no ids: the acknowledged-item checks count the clients' posts.
+    lanes.spawn(async move {
+        let mut n = 0u64;
+        while !done.load(Ordering::Relaxed) {
+            let author = format!("spammer-{}", rng.below(3));
+            for _ in 0..1 + rng.below(4) {
+                n += 1;
+                let key = format!("spam-{n}");
+                let body = json!({"kind": "post", "author": author,
+                    "text": format!("deal {n} https://bit.ly/a{n} https://tinyurl.com/b{n} https://t.co/c{n} https://x.example/{n} https://y.example/{n}")});
+                let mut id = None;
+                let status = send_until_answered(
+                    &urls,
+                    |url| {
+                        http.post(format!("{url}/v1/items"))
+                            .bearer_auth(&client)
+                            .header("Idempotency-Key", &key)
+                            .json(&body)
+                    },
+                    &tally,
+                )
+                .await;
+                assert_eq!(status, 202);
+                // The id, from the stored response of the key.
+                for url in urls.iter().cycle().take(20) {
+                    if let Ok(r) = http
+                        .post(format!("{url}/v1/items"))
+                        .bearer_auth(&client)
+                        .header("Idempotency-Key", &key)
+                        .json(&body)
+                        .send()
+                        .await
+                        && r.status() == 202
+                        && let Ok(v) = r.json::<serde_json::Value>().await
+                    {
+                        id = v["id"].as_str().map(str::to_string);
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                tally.spam.fetch_add(1, Ordering::Relaxed);
+                if let Some(id) = id
+                    && rng.below(6) == 0
+                {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    let status = send_until_answered(
+                        &urls,
+                        |url| {
+                            http.post(format!("{url}/v1/items/{id}/moderation"))
+                                .bearer_auth(&moderator)
+                                .json(&json!({"status": "visible", "reason": "not spam"}))
+                        },
+                        &tally,
+                    )
+                    .await;
+                    assert_eq!(status, 200);
+                    tally.moderations.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50 + rng.below(400))).await;
+        }
+        Vec::new()
+    });
     lanes
 }
 
@@ -492,18 +565,20 @@ async fn check_invariants(pool: &sqlx::PgPool, ids: &[String], receiver: &Receiv
         scalar("SELECT COUNT(*) FROM (SELECT request_key FROM provider_callbacks WHERE outcome = 'applied' GROUP BY request_key HAVING COUNT(*) > 1) d").await == 0,
     ));
     checks.push((
-        "every item judged by the rules or a moderator",
-        scalar("SELECT COUNT(*) FROM items i WHERE NOT EXISTS (SELECT 1 FROM transitions t WHERE t.item_id = i.id AND t.actor IN ('rules', 'moderator'))").await == 0,
+        "every item judged by the rules or a moderator, or rejected at once by its author's standing",
+        scalar("SELECT COUNT(*) FROM items i WHERE NOT EXISTS (SELECT 1 FROM transitions t WHERE t.item_id = i.id \
+                AND (t.actor IN ('rules', 'moderator') OR (t.version = 1 AND t.cause = 'author_standing' AND t.to_status = 'rejected')))").await == 0,
     ));
     checks.push((
         "one outbox event per transition, none without one",
         scalar(
-            "SELECT COUNT(*) FROM transitions t FULL JOIN outbox o ON o.item_id = t.item_id AND o.item_version = t.version \
-             WHERE t.id IS NULL OR o.seq IS NULL",
+            "SELECT COUNT(*) FROM transitions t FULL JOIN (SELECT * FROM outbox WHERE kind <> 'author') o \
+             ON o.item_id = t.item_id AND o.item_version = t.version WHERE t.id IS NULL OR o.seq IS NULL",
         )
         .await
             == 0,
     ));
+    checks.extend(author_invariants(pool).await);
     // Deliveries: every event reaches the receiver (at least once), and per
     // item, after dedup by event_id, never an older version after a newer one.
     let events = scalar("SELECT COUNT(*) FROM outbox").await as usize;
@@ -518,18 +593,95 @@ async fn check_invariants(pool: &sqlx::PgPool, ids: &[String], receiver: &Receiv
     };
     let distinct: HashSet<&str> = accepted.iter().map(|c| c.event_id.as_str()).collect();
     checks.push(("every transition delivered to the webhook", distinct.len() == events));
-    let mut last_version: std::collections::HashMap<&str, i64> = std::collections::HashMap::new();
+    let mut last_version: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
     let mut first_seen = HashSet::new();
     let in_order = accepted
         .iter()
         .filter(|c| first_seen.insert(c.event_id.as_str()))
         .all(|c| {
-            let last = last_version.entry(c.item_id.as_str()).or_insert(0);
+            let subject = match &c.item_id {
+                Some(item) => item.clone(),
+                None => format!("{}:{}", c.client, c.author.as_deref().unwrap_or("")),
+            };
+            let last = last_version.entry(subject).or_insert(0);
             let ok = c.item_version >= *last;
             *last = c.item_version;
             ok
         });
-    checks.push(("webhook deliveries in version order per item", in_order));
+    checks.push(("webhook deliveries in version order per item and per author", in_order));
+    checks
+}
+
+/// Authors (docs/RELIABILITY.md A1, A2): one chain of transitions per
+/// author, no double tier action, every transition with its outbox event,
+/// and every account at the tier its strikes reach once recomputation
+/// caught up.
+async fn author_invariants(pool: &sqlx::PgPool) -> Vec<(&'static str, bool)> {
+    let scalar = |sql: &'static str| {
+        let pool = pool.clone();
+        async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(&pool).await.unwrap() }
+    };
+    // Recomputations still due run first (debounced, then claimed by a worker).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while scalar("SELECT COUNT(*) FROM authors WHERE recheck_at <= (EXTRACT(EPOCH FROM now()) * 1000)::bigint").await
+        > 0
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut checks = Vec::new();
+    checks.push((
+        "the spammers' accounts changed state",
+        scalar("SELECT COUNT(*) FROM author_transitions WHERE cause = 'strikes'").await > 0,
+    ));
+    checks.push((
+        "one chain of transitions per author (each leaves the state the last one reached)",
+        scalar(
+            "SELECT COUNT(*) FROM author_transitions t LEFT JOIN author_transitions p ON p.client = t.client \
+             AND p.author = t.author AND p.version = t.version - 1 \
+             WHERE (t.version > 1 AND (p.id IS NULL OR p.to_status <> t.from_status)) OR (t.version = 1 AND t.from_status <> 'good')",
+        )
+        .await
+            == 0,
+    ));
+    checks.push((
+        "each author's row is at the end of its chain",
+        scalar(
+            "SELECT COUNT(*) FROM authors a WHERE a.version <> (SELECT COUNT(*) FROM author_transitions t \
+             WHERE t.client = a.client AND t.author = a.author) OR (a.version > 0 AND a.status <> (SELECT t.to_status \
+             FROM author_transitions t WHERE t.client = a.client AND t.author = a.author AND t.version = a.version))",
+        )
+        .await
+            == 0,
+    ));
+    checks.push((
+        "no double tier action (no automated transition to the state it left)",
+        scalar("SELECT COUNT(*) FROM author_transitions WHERE cause = 'strikes' AND from_status = to_status").await
+            == 0,
+    ));
+    checks.push((
+        "one outbox event per author transition, none without one",
+        scalar(
+            "SELECT COUNT(*) FROM author_transitions t FULL JOIN (SELECT * FROM outbox WHERE kind = 'author') o \
+             ON o.event_id = t.client || ':' || t.author || ':' || t.version WHERE t.id IS NULL OR o.seq IS NULL",
+        )
+        .await
+            == 0,
+    ));
+    // The tier each automated state was set for is the one its strikes
+    // reach (default tiers: watch 2, restricted 4, suspended 8).
+    let policy = gavel::domain::standing::StandingPolicy::default();
+    let rows: Vec<(String, String, f64, String)> =
+        sqlx::query_as("SELECT a.author, a.status, a.strikes, COALESCE(a.decided_by, 'rules') FROM authors a")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    checks.push((
+        "every automated account at the tier its strikes reach",
+        rows.iter()
+            .filter(|(.., by)| by == "rules")
+            .all(|(_, status, strikes, _)| policy.tier_for(*strikes).name == *status),
+    ));
     checks
 }
 
@@ -592,16 +744,21 @@ async fn fault_injection_suite() {
         .fetch_one(&pool)
         .await
         .unwrap();
+    let account_moves: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM author_transitions")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
     eprintln!(
         "fault suite summary (seed {seed}): {} operations ({} retried, {} answered 503), {} items, {} moderator decisions, \
-         {} media items ({answered} provider answers applied), {} faults [{}], settled {:?} after the faults stopped, \
-         {} webhook requests, {} invariant checks, violations = {}",
+         {} media items ({answered} provider answers applied), {} spam posts ({account_moves} account transitions), \
+         {} faults [{}], settled {:?} after the faults stopped, {} webhook requests, {} invariant checks, violations = {}",
         tally.operations.load(Ordering::Relaxed),
         tally.retries.load(Ordering::Relaxed),
         tally.unavailable.load(Ordering::Relaxed),
         ids.len(),
         tally.moderations.load(Ordering::Relaxed),
         tally.media.load(Ordering::Relaxed),
+        tally.spam.load(Ordering::Relaxed),
         faults.len(),
         faults.join(", "),
         settled_in,

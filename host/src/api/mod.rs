@@ -4,6 +4,7 @@
 //! builder the router is made by.
 
 mod auth;
+mod authors;
 mod backtests;
 mod delivery;
 mod error;
@@ -68,6 +69,8 @@ pub struct AppState {
     pub backtest_slots: Arc<tokio::sync::Semaphore>,
     /// ...and at most `backtests::MAX_QUEUED` are held at once.
     pub backtest_queue: Arc<tokio::sync::Semaphore>,
+    /// `config.standing`, shared with every submission's write.
+    pub standing: Arc<crate::domain::standing::StandingPolicy>,
 }
 
 /// The parts an [`AppState`] is made of.
@@ -94,6 +97,7 @@ impl AppState {
                 i.author_burst,
                 i.author_limiter_max_keys,
             )),
+            standing: Arc::new(p.config.standing.clone()),
             config: p.config,
             store: p.store,
             writes: p.writes,
@@ -191,6 +195,13 @@ fn routes() -> Routes {
         Moderator,
         post(moderation::replay_dead_letter),
     )
+    .add(Method::GET, "/v1/authors/{author}", Client, get(authors::get_author))
+    .add(
+        Method::POST,
+        "/v1/authors/{author}/moderation",
+        Moderator,
+        post(authors::moderate_author),
+    )
     .add(Method::GET, "/v1/changes", Client, get(delivery::changes))
     .add(Method::GET, "/v1/deliveries", Moderator, get(delivery::deliveries))
     .add(
@@ -250,7 +261,7 @@ pub fn route_table() -> Vec<RouteInfo> {
     paths(
         submit::submit, submit::submit_batch, items::get_item, items::delete_item, events::append_event, events::append_batch,
         moderation::moderate, moderation::review_queue, moderation::evaluate_now,
-        moderation::dead_letters, moderation::replay_dead_letter,
+        moderation::dead_letters, moderation::replay_dead_letter, authors::get_author, authors::moderate_author,
         delivery::changes, delivery::deliveries, delivery::replay_delivery, providers::callback,
         backtests::replay_item, backtests::start, backtests::list, backtests::get_one, backtests::cancel,
         backtests::report_html,
@@ -260,6 +271,7 @@ pub fn route_table() -> Vec<RouteInfo> {
     modifiers(&BearerAuth),
     tags(
         (name = "items", description = "Client routes: submit content and events, read items"),
+        (name = "authors", description = "Authors' account standing: a client reads its own authors"),
         (name = "moderator", description = "Routes that need a moderator token"),
         (name = "providers", description = "Callbacks of external classifiers, signed with HMAC-SHA256"),
         (name = "system", description = "Health and documentation, no token"),

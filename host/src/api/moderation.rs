@@ -67,17 +67,7 @@ pub async fn moderate(
     if let Some(note) = &req.moderator {
         validate::identifier("moderator", note, 256)?;
     }
-    let if_match = match headers.get(axum::http::header::IF_MATCH) {
-        None => None,
-        Some(v) => Some(
-            v.to_str()
-                .ok()
-                .and_then(|v| {
-                    crate::domain::parse_decimal(v.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(v))
-                })
-                .ok_or_else(|| ApiError::bad_request("invalid_if_match", "If-Match must be an item version number"))?,
-        ),
-    };
+    let if_match = if_match(&headers, "item")?;
     let correlation_id = super::request_id(&headers);
     let outcome = decide(
         &state,
@@ -117,8 +107,22 @@ pub async fn moderate(
     }
 }
 
+/// The version an `If-Match` header names (bare or quoted), if any.
+pub(super) fn if_match(headers: &HeaderMap, what: &str) -> Result<Option<i64>, ApiError> {
+    let Some(v) = headers.get(axum::http::header::IF_MATCH) else {
+        return Ok(None);
+    };
+    v.to_str()
+        .ok()
+        .and_then(|v| crate::domain::parse_decimal(v.strip_prefix('"').and_then(|v| v.strip_suffix('"')).unwrap_or(v)))
+        .map(Some)
+        .ok_or_else(|| ApiError::bad_request("invalid_if_match", format!("If-Match must be an {what} version number")))
+}
+
 /// A decision by hand through the store, counting the reversals it makes
-/// in `/metrics`: the API and the console both decide through here.
+/// in `/metrics`: the API and the console both decide through here. A
+/// reversal changes the author's strikes: the store marked the author in
+/// the same transaction, and the author is queued for recomputation.
 pub async fn decide(state: &AppState, m: &Moderation<'_>) -> Result<ModerationOutcome, StoreError> {
     let outcome = store_moderate(state.store.as_ref(), m).await?;
     if let ModerationOutcome::Applied { reversed } = &outcome {
@@ -128,6 +132,12 @@ pub async fn decide(state: &AppState, m: &Moderation<'_>) -> Result<ModerationOu
                 .reversals
                 .get_or_create(&crate::metrics::Metrics::plugin(&d.plugin, &d.plugin_version))
                 .inc();
+        }
+        if !reversed.is_empty()
+            && state.standing.enabled
+            && let Ok(Some(item)) = state.store.item(m.id).await
+        {
+            state.scheduler.schedule_author(&item.client, &item.author).await;
         }
     }
     Ok(outcome)

@@ -85,6 +85,15 @@ pub async fn callback(
         use tracing::Instrument;
         state.store.apply_callback(&new).instrument(span.clone()).await?
     };
+    // A provider's verdict may count against the author (the store marked
+    // the author in the callback's transaction).
+    if state.standing.enabled
+        && matches!(outcome, CallbackOutcome::Applied { .. })
+        && matches!(new.verdict, Verdict::Flag | Verdict::Hold | Verdict::Reject)
+        && let Ok(Some(item)) = state.store.item(&new.item_id).await
+    {
+        state.scheduler.schedule_author(&item.client, &item.author).await;
+    }
     let _enter = span.enter();
     answer(outcome, new.verdict, count)
 }

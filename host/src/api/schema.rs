@@ -29,6 +29,7 @@ const FREE_TEXT: &[(&str, &str)] = &[
     ("SubmitRequest", "text"),
     ("EventRequest", "text"),
     ("ModerationRequest", "reason"),
+    ("AuthorModerationRequest", "reason"),
 ];
 
 /// The item texts, whose length limit is a setting.
@@ -189,8 +190,9 @@ fn constrain_parameters(operation: &mut Operation) {
                 schema.max_length = Some(255);
                 schema.pattern = Some(IDEMPOTENCY_KEY_PATTERN.into());
             }
-            // Item ids and provider names; numeric ids carry their own type.
-            (ParameterIn::Path, _) if schema.format.is_none() => {
+            // Item ids, authors and provider names; numeric ids carry their
+            // own type. An author's client is a token name.
+            (ParameterIn::Path, _) | (ParameterIn::Query, "client") if schema.format.is_none() => {
                 schema.min_length = Some(1);
                 schema.max_length = Some(256);
                 schema.pattern = Some(IDENTIFIER_PATTERN.into());

@@ -140,6 +140,7 @@ pub(super) async fn prepare(
             window_ms: ingest.duplicate_window_ms,
             hold_at: ingest.duplicate_hold_at,
         },
+        standing: state.standing.clone(),
         key: key.as_ref().map(|k| k.completion(StatusCode::ACCEPTED)),
         respond: submit_body,
     };
@@ -183,6 +184,11 @@ async fn sync_rules(
         author_recent_items: 0,
         author_rejected_items: 0,
         author_held_items: 0,
+        // The sync phase reads no history: the first tier, nothing counted.
+        standing: crate::store::StandingData {
+            state: state.config.standing.initial().to_string(),
+            ..Default::default()
+        },
         duplicate_count: 0,
         trigger: Vec::new(),
         provider_answers: Vec::new(),
@@ -237,6 +243,16 @@ pub(super) async fn finish(
         CreateOutcome::Created { item, cause } => {
             if item.needs_eval_since.is_some() {
                 state.scheduler.schedule(&item.id, "submit").await;
+            }
+            // A sync decision that may count against the author (the store
+            // marked the author in the same transaction).
+            if state.standing.enabled
+                && matches!(
+                    item.sync_verdict,
+                    Some(crate::domain::Verdict::Flag | crate::domain::Verdict::Hold | crate::domain::Verdict::Reject)
+                )
+            {
+                state.scheduler.schedule_author(&item.client, &item.author).await;
             }
             if cause == Cause::DuplicateText {
                 state.metrics.fingerprint_duplicates.inc();

@@ -69,6 +69,8 @@ pub struct Config {
     pub retention: crate::store::RetentionPolicy,
     /// The moderator console at `/console`.
     pub console: ConsoleConfig,
+    /// Author standing: strikes, account tiers and their effects.
+    pub standing: crate::domain::standing::StandingPolicy,
 }
 
 /// An external (often AI) classifier answering by signed callback.
@@ -208,6 +210,7 @@ impl Default for Config {
             shutdown_grace_ms: 30_000,
             retention: crate::store::RetentionPolicy::default(),
             console: ConsoleConfig::default(),
+            standing: crate::domain::standing::StandingPolicy::default(),
         }
     }
 }
@@ -477,6 +480,9 @@ impl Config {
     /// or delivery, and tokens that are empty, short or given twice.
     pub fn validate(&self) -> anyhow::Result<()> {
         validate_tokens(&self.tokens)?;
+        self.standing
+            .validate()
+            .map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
         let endpoints = self
             .providers
             .iter()

@@ -8,7 +8,7 @@ use crate::api::{AppState, decide as api_decide, may_set};
 use crate::clock::{Millis, now_ms};
 use crate::domain::ItemStatus;
 use crate::store::{
-    AuthorSummary, DeliveryRecord, ItemDetails, ManualActor, Moderation, ModerationOutcome, ReviewClaim,
+    AuthorDetails, AuthorSummary, DeliveryRecord, ItemDetails, ManualActor, Moderation, ModerationOutcome, ReviewClaim,
 };
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -29,6 +29,8 @@ struct ItemPage {
     details: ItemDetails,
     deliveries: Vec<DeliveryRecord>,
     author: AuthorSummary,
+    /// The author's account standing (with `[standing]` on).
+    standing: Option<AuthorDetails>,
     claim: Option<ReviewClaim>,
 }
 
@@ -43,11 +45,22 @@ async fn load(state: &AppState, id: &str) -> Result<ItemPage, PageError> {
         .store
         .author_summary(&details.item.client, &details.item.author)
         .await?;
+    let standing = if state.standing.enabled {
+        let item = &details.item;
+        let now = crate::clock::now_ms();
+        state
+            .store
+            .author(&item.client, &item.author, &state.standing, now)
+            .await?
+    } else {
+        None
+    };
     let claim = state.store.claim_of(id).await?;
     Ok(ItemPage {
         details,
         deliveries,
         author,
+        standing,
         claim,
     })
 }
@@ -114,7 +127,7 @@ fn render(
                         @if page.details.counters.is_empty() { li.hint { "no events yet" } }
                     }
                 }
-                (author_panel(&page.author, &item.id, now))
+                (author_panel(&page.author, page.standing.as_ref(), &item.id, now))
             }
             (decision_bar(session, page, filters))
             h2 { "Timeline" }
@@ -144,10 +157,18 @@ fn plural(n: i64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-fn author_panel(a: &AuthorSummary, current: &str, now: Millis) -> Markup {
+fn author_panel(a: &AuthorSummary, standing: Option<&AuthorDetails>, current: &str, now: Millis) -> Markup {
     html! {
         aside #author-panel {
             h2 { "Author" }
+            @if let Some(s) = standing {
+                p #standing data-status=(s.record.status) {
+                    "Account " strong { (s.record.status) } " · " (s.strikes.score) " strikes"
+                    @if s.record.decided_by == Some(crate::domain::standing::AuthorActor::Moderator) {
+                        " · set by a moderator"
+                    }
+                }
+            }
             p { (plural(a.items, "item", "items")) " · " (a.rejected) " rejected · "
                 (plural(a.reversals, "decision", "decisions")) " overturned by moderators" }
             ul {

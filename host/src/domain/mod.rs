@@ -12,6 +12,8 @@
 //!   plugin versions and idempotency keys, and the interaction kinds.
 //! - [`policy`]: what a submission and an evaluation decide, as functions of
 //!   their inputs.
+//! - [`standing`]: an author's strikes, derived from decisions in a window,
+//!   and the account tier they reach.
 //!
 //! Every stored status or outcome column has an enum here, converted to
 //! and from its string in one place ([`string_enum!`]); the migrations'
@@ -20,6 +22,7 @@
 pub mod evaluation;
 pub mod lifecycle;
 pub mod policy;
+pub mod standing;
 pub mod status;
 pub mod verdict;
 
@@ -160,6 +163,13 @@ pub(crate) mod check_constraints {
             let end = rest.find("\n);").unwrap_or(rest.len());
             if let Some(at) = rest[..end].find(&check) {
                 consider(start + 13 + at);
+            }
+        }
+        let added = format!("ALTER TABLE {table} ADD COLUMN {column} ");
+        for (start, _) in sql.match_indices(&added) {
+            let line = &sql[start..sql[start..].find('\n').map_or(sql.len(), |e| start + e)];
+            if let Some(at) = line.find(&check) {
+                consider(start + at);
             }
         }
         let constraint = format!("ADD CONSTRAINT {table}_{column}_check {check}");

@@ -6,4 +6,4 @@ wasmtime::component::bindgen!({
     world: "rule",
 });
 
-pub use self::gavel::rules::types::{AuthorStats, Event, Item, Level, Phase, Verdict};
+pub use self::gavel::rules::types::{AuthorStats, Event, Item, Level, Phase, Standing, Verdict};

@@ -22,7 +22,7 @@ mod sandbox;
 mod snapshot;
 mod watcher;
 
-pub use bindings::{AuthorStats, Event, Item, Snapshot};
+pub use bindings::{AuthorStats, Event, Item, Snapshot, Standing};
 pub use breaker::{Admission, Breaker, BreakerChange, BreakerConfig};
 pub use cache::CompileCache;
 pub use evaluation::{Decision, Evaluation, HostError, PluginStamp};

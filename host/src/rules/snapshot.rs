@@ -1,6 +1,6 @@
 //! Building the snapshot a rule sees, and cutting it to the size limit.
 
-use super::bindings::{AuthorStats, Event, Item, Phase, Snapshot};
+use super::bindings::{AuthorStats, Event, Item, Phase, Snapshot, Standing};
 use super::sandbox::truncate_str;
 use gavel_plugin_sdk::spec::SnapshotSpec;
 
@@ -29,6 +29,13 @@ pub fn snapshot_from_spec(spec: &SnapshotSpec) -> Snapshot {
             recent_items: spec.author.recent_items,
             rejected_items: spec.author.rejected_items,
             held_items: spec.author.held_items,
+            standing: Standing {
+                state: spec.author.standing.state.clone(),
+                strikes: spec.author.standing.strikes,
+                items: spec.author.standing.items,
+                rejected_items: spec.author.standing.rejected_items,
+                first_seen_ms: spec.author.standing.first_seen_ms,
+            },
         },
         duplicate_count: spec.duplicate_count,
         trigger: spec
@@ -55,7 +62,7 @@ pub fn snapshot_from_spec(spec: &SnapshotSpec) -> Snapshot {
 /// unique there, and the JSON form keeps them sorted). Serialized with
 /// `serde_json`, it is the canonical encoding stored snapshots are named by.
 pub fn spec_from_snapshot(s: &Snapshot) -> SnapshotSpec {
-    use gavel_plugin_sdk::spec::{AuthorSpec, EventSpec, ItemSpec};
+    use gavel_plugin_sdk::spec::{AuthorSpec, EventSpec, ItemSpec, StandingSpec};
     SnapshotSpec {
         item: ItemSpec {
             id: s.item.id.clone(),
@@ -72,6 +79,13 @@ pub fn spec_from_snapshot(s: &Snapshot) -> SnapshotSpec {
             recent_items: s.author.recent_items,
             rejected_items: s.author.rejected_items,
             held_items: s.author.held_items,
+            standing: StandingSpec {
+                state: s.author.standing.state.clone(),
+                strikes: s.author.standing.strikes,
+                items: s.author.standing.items,
+                rejected_items: s.author.standing.rejected_items,
+                first_seen_ms: s.author.standing.first_seen_ms,
+            },
         },
         duplicate_count: s.duplicate_count,
         trigger: s

@@ -38,12 +38,29 @@ pub struct SnapshotData {
     pub author_held_items: i64,
     /// Other items by this author with the same normalised text in the window.
     pub duplicate_count: i64,
+    /// The author's account standing.
+    pub standing: StandingData,
     /// Events since the last evaluation: (kind, actor, at), oldest first, at most 64.
     pub trigger: Vec<(String, String, Millis)>,
     /// Answers providers gave for the current content.
     pub provider_answers: Vec<ProviderAnswerRecord>,
     /// The provider of the outstanding request for the current content.
     pub waiting_on: Option<String>,
+}
+
+/// An author's standing as a snapshot carries it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StandingData {
+    /// The account state.
+    pub state: String,
+    /// The strike score at the author's last recomputation.
+    pub strikes: f64,
+    /// Other items by this author created within the standing window.
+    pub items: i64,
+    /// Of those, the ones currently rejected.
+    pub rejected_items: i64,
+    /// When the author was first seen (0: unknown).
+    pub first_seen: Millis,
 }
 
 /// The windows a snapshot counts in.
@@ -53,6 +70,8 @@ pub struct SnapshotWindows {
     pub author_since: Millis,
     /// `duplicate-count` counts items created since.
     pub duplicate_since: Millis,
+    /// The standing's `items` count items created since.
+    pub standing_since: Millis,
 }
 
 /// A hand-off to a provider, stored with the transition that starts the wait.
@@ -180,7 +199,16 @@ macro_rules! impl_evaluations {
             }
 
             type ByItem<T> = HashMap<String, T>;
-            type AuthorFigures = HashMap<(String, String), (i64, i64, i64)>;
+            /// One author's figures: items in the author window, rejected,
+            /// held, and their standing.
+            #[derive(Clone, Default)]
+            struct AuthorFigure {
+                recent: i64,
+                rejected: i64,
+                held: i64,
+                standing: StandingData,
+            }
+            type AuthorFigures = HashMap<(String, String), AuthorFigure>;
 
             /// A query over `ids` (`IN (LIST)`), its parameters bound.
             fn over_ids<'q>(sql: &'q str, ids: &'q [&'q str]) -> sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>> {
@@ -257,7 +285,7 @@ macro_rules! impl_evaluations {
             }
 
             /// Per (client, author): items since `since`, rejected, held.
-            async fn read_author_figures(tx: &mut txn::Tx<'_>, items: &[Item], since: Millis) -> StoreResult<AuthorFigures> {
+            async fn read_author_figures(tx: &mut txn::Tx<'_>, items: &[Item], w: SnapshotWindows) -> StoreResult<AuthorFigures> {
                 let mut authors: Vec<(&str, &str)> = items.iter().map(|i| (i.client.as_str(), i.author.as_str())).collect();
                 authors.sort_unstable();
                 authors.dedup();
@@ -265,23 +293,40 @@ macro_rules! impl_evaluations {
                 for chunk in authors.chunks(256) {
                     let sql = STATEMENTS.get("author_figures", chunk.len(), |n| {
                         format!(
-                            "WITH v (client, author, since) AS (VALUES {}) SELECT v.client, v.author, \
+                            "WITH v (client, author, since, standing_since) AS (VALUES {}) SELECT v.client, v.author, \
                              COALESCE(SUM(CASE WHEN i.created_at >= v.since THEN 1 ELSE 0 END), 0) AS recent, \
                              COALESCE(SUM(CASE WHEN i.status = 'rejected' THEN 1 ELSE 0 END), 0) AS rejected, \
-                             COALESCE(SUM(CASE WHEN i.status = 'held_for_review' THEN 1 ELSE 0 END), 0) AS held \
-                             FROM v LEFT JOIN items i ON i.client = v.client AND i.author = v.author \
-                             GROUP BY v.client, v.author",
-                            values(n, 3)
+                             COALESCE(SUM(CASE WHEN i.status = 'held_for_review' THEN 1 ELSE 0 END), 0) AS held, \
+                             COALESCE(SUM(CASE WHEN i.created_at >= v.standing_since THEN 1 ELSE 0 END), 0) AS standing_items, \
+                             COALESCE(SUM(CASE WHEN i.created_at >= v.standing_since AND i.status = 'rejected' \
+                             THEN 1 ELSE 0 END), 0) AS standing_rejected, \
+                             a.status, a.strikes, a.first_seen \
+                             FROM v LEFT JOIN authors a ON a.client = v.client AND a.author = v.author \
+                             LEFT JOIN items i ON i.client = v.client AND i.author = v.author \
+                             GROUP BY v.client, v.author, a.status, a.strikes, a.first_seen",
+                            values(n, 4)
                         )
                     });
                     let mut q = sqlx::query(sql);
                     for (client, author) in chunk {
-                        q = q.bind(*client).bind(*author).bind(since);
+                        q = q.bind(*client).bind(*author).bind(w.author_since).bind(w.standing_since);
                     }
                     for r in q.fetch_all(&mut **tx).await? {
+                        let standing = StandingData {
+                            state: r.try_get::<Option<String>, _>("status")?.unwrap_or_default(),
+                            strikes: r.try_get::<Option<f64>, _>("strikes")?.unwrap_or(0.0),
+                            items: r.try_get("standing_items")?,
+                            rejected_items: r.try_get("standing_rejected")?,
+                            first_seen: r.try_get::<Option<i64>, _>("first_seen")?.unwrap_or(0),
+                        };
                         by_author.insert(
                             (r.try_get("client")?, r.try_get("author")?),
-                            (r.try_get("recent")?, r.try_get("rejected")?, r.try_get("held")?),
+                            AuthorFigure {
+                                recent: r.try_get("recent")?,
+                                rejected: r.try_get("rejected")?,
+                                held: r.try_get("held")?,
+                                standing,
+                            },
                         );
                     }
                 }
@@ -319,22 +364,29 @@ macro_rules! impl_evaluations {
                 let mut counters = read_counters(tx, &ids).await?;
                 let mut trigger = read_triggers(tx, &ids).await?;
                 let (mut answers, mut waiting) = read_provider_state(tx, &ids).await?;
-                let by_author = read_author_figures(tx, &items, w.author_since).await?;
+                let by_author = read_author_figures(tx, &items, w).await?;
                 let duplicates = read_duplicates(tx, &items, w.duplicate_since).await?;
                 Ok(items
                     .into_iter()
                     .map(|item| {
                         // The author's figures, without this item's own contribution.
-                        let (recent, rejected, held) = by_author
+                        let f = by_author
                             .get(&(item.client.clone(), item.author.clone()))
-                            .copied()
+                            .cloned()
                             .unwrap_or_default();
                         let own = |yes: bool| i64::from(yes);
+                        let in_standing = item.created_at >= w.standing_since;
                         SnapshotData {
                             counters: counters.remove(&item.id).unwrap_or_default(),
-                            author_recent_items: recent - own(item.created_at >= w.author_since),
-                            author_rejected_items: rejected - own(item.status == ItemStatus::Rejected),
-                            author_held_items: held - own(item.status == ItemStatus::HeldForReview),
+                            author_recent_items: f.recent - own(item.created_at >= w.author_since),
+                            author_rejected_items: f.rejected - own(item.status == ItemStatus::Rejected),
+                            author_held_items: f.held - own(item.status == ItemStatus::HeldForReview),
+                            standing: StandingData {
+                                items: f.standing.items - own(in_standing),
+                                rejected_items: f.standing.rejected_items
+                                    - own(in_standing && item.status == ItemStatus::Rejected),
+                                ..f.standing
+                            },
                             duplicate_count: duplicates.get(&item.id).copied().unwrap_or(0),
                             trigger: trigger.remove(&item.id).unwrap_or_default(),
                             provider_answers: answers.remove(&item.id).unwrap_or_default(),

@@ -483,6 +483,8 @@ macro_rules! impl_items {
                                 q = q.bind(*id);
                             }
                             q.execute(&mut *tx).await?;
+                            // A reversed decision no longer counts against the author.
+                            txn::mark_authors(&mut tx, &[r.item_id.as_str()], r.now).await?;
                         }
                         txn::settle_provider_requests(&mut tx, &r.item_id, r.from, version, None, r.now).await?;
                         tx.commit().await?;

@@ -11,6 +11,7 @@
 //! `$N` parameters) and its implementation, instantiated for each backend
 //! by a macro:
 //!
+//! - [`authors`]: authors' account standing, fenced by the author's version ([`Authors`]).
 //! - [`submissions`]: new items, their status decided in the write ([`Submissions`]).
 //! - [`events`]: interaction events, the high-volume input ([`Events`]).
 //! - [`items`]: reads, manual transitions, the review queue ([`Items`]).
@@ -28,6 +29,7 @@
 //! - [`group`]: group commit of concurrent writes.
 //! - `rows`: stored strings to enums, in one place.
 
+pub mod authors;
 mod dialect;
 pub mod evaluations;
 pub mod events;
@@ -46,6 +48,7 @@ mod shared;
 mod sqlite;
 pub mod submissions;
 
+pub use authors::*;
 pub use evaluations::*;
 pub use events::*;
 pub use group::{GroupCommit, Writes};
@@ -146,6 +149,7 @@ pub trait Backend: Send + Sync + 'static {
 /// narrowest capability they need (`Arc<dyn Outbox>` for the dispatcher).
 pub trait ItemStore:
     Backend
+    + Authors
     + Items
     + Submissions
     + Events
@@ -162,6 +166,7 @@ pub trait ItemStore:
 
 impl<T> ItemStore for T where
     T: Backend
+        + Authors
         + Items
         + Submissions
         + Events

@@ -8,23 +8,33 @@ use crate::clock::Millis;
 use crate::domain::{Actor, DeliveryStatus, ItemStatus};
 use serde::Serialize;
 
+/// The `kind` of an author's account transition in the outbox (an item's
+/// event carries the item's own kind: `post`, `comment`, ...).
+pub const AUTHOR_KIND: &str = "author";
+
 /// One transition as delivered to the platform: the webhook payload and
-/// one entry of `GET /v1/changes`.
+/// one entry of `GET /v1/changes`. An item's transition, or (with `kind`
+/// `author`) an author's account transition.
 #[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct Change {
-    /// `ITEM_ID:VERSION`: the same transition always has the same id, so a
-    /// receiver deduplicates on it.
+    /// `ITEM_ID:VERSION`, or `CLIENT:AUTHOR:VERSION` for an author: the
+    /// same transition always has the same id, so a receiver deduplicates on it.
     pub event_id: String,
-    pub item_id: String,
+    /// The item; `null` for an author's transition.
+    pub item_id: Option<String>,
+    /// The author, for an author's transition (`kind` `author`).
+    pub author: Option<String>,
     pub external_id: Option<String>,
-    /// The client token that submitted the item.
+    /// The client token that submitted the item (whose author it is).
     pub client: String,
+    /// The item's kind, or `author`.
     pub kind: String,
-    /// The item's version after this transition; a receiver ignores an
-    /// event whose version is not above the last one it applied.
+    /// The item's (or author's) version after this transition; a receiver
+    /// ignores an event whose version is not above the last one it applied.
     pub item_version: i64,
-    pub from_status: ItemStatus,
-    pub to_status: ItemStatus,
+    /// An item status, or an author's account state for `kind` `author`.
+    pub from_status: String,
+    pub to_status: String,
     pub cause: String,
     pub actor: Actor,
     pub reason: String,
@@ -81,8 +91,9 @@ pub struct EndpointFilter {
 }
 
 impl EndpointFilter {
-    pub fn accepts(&self, to: ItemStatus, kind: &str) -> bool {
-        (self.statuses.is_empty() || self.statuses.contains(&to))
+    /// Whether the endpoint takes an event; `statuses` filters item events only.
+    pub fn accepts(&self, to: &str, kind: &str) -> bool {
+        (kind == AUTHOR_KIND || self.statuses.is_empty() || self.statuses.iter().any(|s| s.as_str() == to))
             && (self.kinds.is_empty() || self.kinds.iter().any(|k| k == kind))
     }
 }
@@ -172,7 +183,7 @@ macro_rules! impl_outbox {
             use $crate::store::*;
 
             const CHANGE_COLUMNS: &str = "seq, txid, event_id, item_id, external_id, client, kind, item_version, \
-                from_status, to_status, cause, actor, reason, correlation_id, created_at";
+                from_status, to_status, cause, actor, reason, correlation_id, created_at, author";
             const DELIVERY_COLUMNS: &str = "id, event_id, endpoint, item_id, item_version, status, attempts, \
                 next_attempt_at, last_error, created_at, delivered_at";
 
@@ -229,7 +240,7 @@ macro_rules! impl_outbox {
                 };
                 let mut accepted = Vec::with_capacity(events.len());
                 for event in &events {
-                    if e.accepts(rows::parse(&event.5)?, &event.6) {
+                    if e.accepts(&event.5, &event.6) {
                         accepted.push(event);
                     }
                 }
@@ -302,15 +313,17 @@ macro_rules! impl_outbox {
             }
 
             fn change_from_row(row: &$row) -> StoreResult<Change> {
+                let kind: String = row.try_get("kind")?;
                 Ok(Change {
                     event_id: row.try_get("event_id")?,
-                    item_id: row.try_get("item_id")?,
+                    item_id: (kind != AUTHOR_KIND).then(|| row.try_get("item_id")).transpose()?,
+                    author: row.try_get("author")?,
                     external_id: row.try_get("external_id")?,
                     client: row.try_get("client")?,
-                    kind: row.try_get("kind")?,
                     item_version: row.try_get("item_version")?,
-                    from_status: rows::parse(row.try_get::<&str, _>("from_status")?)?,
-                    to_status: rows::parse(row.try_get::<&str, _>("to_status")?)?,
+                    from_status: row.try_get("from_status")?,
+                    to_status: row.try_get("to_status")?,
+                    kind,
                     cause: row.try_get("cause")?,
                     actor: rows::parse(row.try_get::<&str, _>("actor")?)?,
                     reason: row.try_get("reason")?,

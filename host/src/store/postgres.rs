@@ -84,3 +84,4 @@ super::plugins::impl_plugin_history!(PgStore, Postgres, PgRow);
 super::retention::impl_retention!(PgStore, Postgres, PgRow);
 super::review::impl_review!(PgStore, Postgres, PgRow);
 super::history::impl_history!(PgStore, Postgres, PgRow);
+super::authors::impl_authors!(PgStore, Postgres, PgRow);

@@ -129,8 +129,59 @@ macro_rules! impl_shared {
                     }
                     q.execute(&mut **tx).await?;
                 }
+                let now = rows.iter().map(|(_, _, d)| d.decided_at).max().unwrap_or(0);
                 let docs = rows.iter().filter_map(|(_, _, d)| d.inputs.as_ref());
-                insert_input_docs(tx, docs, rows.iter().map(|(_, _, d)| d.decided_at).max().unwrap_or(0)).await
+                insert_input_docs(tx, docs, now).await?;
+                let mut striking: Vec<&str> = rows
+                    .iter()
+                    .filter(|(_, _, d)| may_strike(d))
+                    .map(|(item, ..)| *item)
+                    .collect();
+                striking.sort_unstable();
+                striking.dedup();
+                mark_authors(tx, &striking, now).await
+            }
+
+            /// Whether a decision may count as a strike against its item's
+            /// author ([`crate::domain::standing`]): the store marks the
+            /// author for recomputation in the decision's own transaction.
+            fn may_strike(d: &NewDecision) -> bool {
+                use $crate::domain::{Mode, Outcome, Verdict};
+                d.mode == Mode::Enforce
+                    && d.applied
+                    && d.outcome == Outcome::Ok
+                    && matches!(d.verdict, Some(Verdict::Flag | Verdict::Hold | Verdict::Reject))
+            }
+
+            /// Marks the authors of these items due for recomputation at
+            /// `now` (unless due sooner already): called in the transaction
+            /// that records a decision that may count, or reverses one, so
+            /// no change to an author's strikes can go unrecomputed, even if
+            /// the process dies before it queues the author. The rows are
+            /// locked in one order (PostgreSQL), so concurrent batches queue
+            /// instead of deadlocking.
+            pub(crate) async fn mark_authors(tx: &mut Tx<'_>, item_ids: &[&str], now: Millis) -> StoreResult<()> {
+                let for_update = <$store as $crate::store::dialect::Dialect>::FOR_UPDATE;
+                let mut rest = item_ids;
+                for size in chunk_sizes(item_ids.len()) {
+                    let (chunk, tail) = rest.split_at(size);
+                    rest = tail;
+                    let sql = STATEMENTS.get("mark_authors", size, |n| {
+                        format!(
+                            "UPDATE authors SET recheck_at = $1 WHERE (recheck_at IS NULL OR recheck_at > $1) \
+                             AND (client, author) IN (SELECT a.client, a.author FROM authors a JOIN items i \
+                             ON i.client = a.client AND i.author = a.author WHERE i.id IN ({}) \
+                             ORDER BY a.client, a.author{for_update})",
+                            $crate::store::dialect::placeholders(2, n)
+                        )
+                    });
+                    let mut q = sqlx::query(sql).bind(now);
+                    for id in chunk {
+                        q = q.bind(*id);
+                    }
+                    q.execute(&mut **tx).await?;
+                }
+                Ok(())
             }
 
             /// Stores the documents the decisions name, each once: a document

@@ -146,3 +146,4 @@ super::plugins::impl_plugin_history!(SqliteStore, Sqlite, SqliteRow);
 super::retention::impl_retention!(SqliteStore, Sqlite, SqliteRow);
 super::review::impl_review!(SqliteStore, Sqlite, SqliteRow);
 super::history::impl_history!(SqliteStore, Sqlite, SqliteRow);
+super::authors::impl_authors!(SqliteStore, Sqlite, SqliteRow);

@@ -51,6 +51,9 @@ pub struct ItemWrite {
     /// Evaluation lags far behind (degraded mode).
     pub degraded: bool,
     pub duplicates: DuplicateRule,
+    /// What the author's account state does to the submission (the state
+    /// is read under the author's row lock, in the write).
+    pub standing: std::sync::Arc<crate::domain::standing::StandingPolicy>,
     pub key: Option<KeyCompletion>,
     /// The body of the stored response for `key`, built from the stored item.
     pub respond: fn(&Item) -> String,
@@ -129,8 +132,13 @@ macro_rules! impl_submissions {
             }
 
 
-            /// Upserts the authors' rows (first and last seen), taking their row locks.
-            async fn lock_authors(tx: &mut txn::Tx<'_>, authors: &[(&str, &str, Millis)]) -> StoreResult<()> {
+            /// Upserts the authors' rows (first and last seen), taking their
+            /// row locks; returns each author's account state.
+            async fn lock_authors(
+                tx: &mut txn::Tx<'_>,
+                authors: &[(&str, &str, Millis)],
+            ) -> StoreResult<HashMap<(String, String), String>> {
+                let mut states = HashMap::with_capacity(authors.len());
                 let mut rest = authors;
                 for size in chunk_sizes(authors.len()) {
                     let (chunk, tail) = rest.split_at(size);
@@ -138,17 +146,20 @@ macro_rules! impl_submissions {
                     let sql = STATEMENTS.get("authors", size, |n| {
                         format!(
                             "INSERT INTO authors (client, author, first_seen, last_seen) VALUES {} \
-                             ON CONFLICT (client, author) DO UPDATE SET last_seen = excluded.last_seen",
+                             ON CONFLICT (client, author) DO UPDATE SET last_seen = excluded.last_seen \
+                             RETURNING client, author, status",
                             $crate::store::dialect::values(n, 4)
                         )
                     });
-                    let mut q = sqlx::query(sql);
+                    let mut q = sqlx::query_as::<_, (String, String, String)>(sql);
                     for (client, author, now) in chunk {
                         q = q.bind(*client).bind(*author).bind(*now).bind(*now);
                     }
-                    q.execute(&mut **tx).await?;
+                    for (client, author, status) in q.fetch_all(&mut **tx).await? {
+                        states.insert((client, author), status);
+                    }
                 }
-                Ok(())
+                Ok(states)
             }
 
 
@@ -281,7 +292,7 @@ macro_rules! impl_submissions {
                     .collect();
                 authors.sort_unstable();
                 authors.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
-                lock_authors(tx, &authors).await?;
+                let states = lock_authors(tx, &authors).await?;
                 let stored = duplicate_counts(tx, batch, writes).await?;
                 let mut in_batch: HashMap<(&str, &str, &str), i64> = HashMap::new();
                 let mut decided = Vec::with_capacity(writes.len());
@@ -297,7 +308,9 @@ macro_rules! impl_submissions {
                         duplicates: stored.get(&i).copied().unwrap_or(0) + *earlier,
                         duplicate_hold_at: w.duplicates.hold_at,
                         degraded: w.degraded,
-                        standing: None,
+                        standing: states
+                            .get(&(it.client.clone(), it.author.clone()))
+                            .and_then(|state| w.standing.effect(state)),
                     });
                     *earlier += 1;
                     let item = Item {

@@ -10,13 +10,14 @@
 //
 // Config (sidecar `[config]`): `min_letters` (default 12) letters before the
 // rule looks at case; `caps_ratio` (default 0.8) share of capitals that
-// counts as shouting; three `!` or more in a row turn a hold into a reject.
+// counts as shouting; three `!` or more in a row turn a hold into a reject,
+// and so does an author whose account standing is not `good`.
 
-import { log } from "gavel:rules/host@0.2.0";
+import { log } from "gavel:rules/host@0.3.0";
 
-/** @typedef {import("gavel:rules/types@0.2.0").Snapshot} Snapshot */
-/** @typedef {import("gavel:rules/types@0.2.0").Decision} Decision */
-/** @typedef {import("gavel:rules/types@0.2.0").PluginInfo} PluginInfo */
+/** @typedef {import("gavel:rules/types@0.3.0").Snapshot} Snapshot */
+/** @typedef {import("gavel:rules/types@0.3.0").Decision} Decision */
+/** @typedef {import("gavel:rules/types@0.3.0").PluginInfo} PluginInfo */
 
 /**
  * A numeric config value, or `fallback` when absent. A value that does not
@@ -39,7 +40,7 @@ function config(snapshot, key, fallback) {
 export function info() {
   return {
     name: "shouting-js",
-    version: "1.0.0",
+    version: "1.1.0",
     description: "Holds posts written mostly in capitals (JavaScript)",
     phases: ["async"],
   };
@@ -67,6 +68,13 @@ export function evaluate(input) {
   if (text.includes("!!!")) {
     log("info", `item ${input.item.id}: shouting with exclamation marks`);
     return { verdict: "reject", score, labels: ["shouting"], reason: `${reason}, with !!!` };
+  }
+  // As in the Python twin: an author in another state than `good` (the
+  // host's `[standing]` tiers, e.g. `watch`) has enforced decisions against
+  // them lately, so their shouting is rejected rather than held.
+  const state = input.author.standing.state;
+  if (state !== "good") {
+    return { verdict: "reject", score, labels: ["shouting"], reason: `${reason}, by an author in standing \`${state}\`` };
   }
   return { verdict: "hold", score, labels: ["shouting"], reason };
 }

@@ -1,11 +1,22 @@
 //! Link spam: too many links, or links through URL shorteners (which hide
-//! where they lead). Config: `max_links` (default 3), `shorteners`
-//! (comma-separated domains, default a common list), `new_author_items`
-//! (an author with fewer recent items counts as new, default 2).
+//! where they lead), judged more strictly for new authors and for authors
+//! not in good standing.
+//!
+//! Config: `max_links` (default 3); `shorteners` (comma-separated domains,
+//! default a common list); `new_author_ms` (an author gavel first saw less
+//! than this long ago counts as new, default 7 days); `new_author_items`
+//! (when the snapshot carries no first-seen time, e.g. a stored snapshot of
+//! an older host: an author with fewer recent items counts as new, default
+//! 2); `good_states` (comma-separated standing states that count as good,
+//! default `good`: an author in any other state, e.g. `watch` or
+//! `restricted`, is judged at least as strictly as a new one).
 
 use gavel_plugin_sdk::{Decision, PluginInfo, Rule, Snapshot, export_rule};
 
 pub struct LinkSpam;
+
+/// Seven days: how long an author counts as new by default.
+const DEFAULT_NEW_AUTHOR_MS: u64 = 7 * 24 * 3600 * 1000;
 
 const DEFAULT_SHORTENERS: &[&str] = &[
     "bit.ly",
@@ -40,7 +51,7 @@ impl Rule for LinkSpam {
     fn info() -> PluginInfo {
         PluginInfo::new(
             "link-spam",
-            "1.0.0",
+            "1.1.0",
             "Too many links, or links hidden behind URL shorteners",
         )
     }
@@ -48,6 +59,8 @@ impl Rule for LinkSpam {
     fn evaluate(snapshot: &Snapshot) -> Result<Decision, String> {
         let max_links: usize = snapshot.config_or("max_links", 3)?;
         let new_author_items: u32 = snapshot.config_or("new_author_items", 2)?;
+        let new_author_ms: u64 = snapshot.config_or("new_author_ms", DEFAULT_NEW_AUTHOR_MS)?;
+        let good_states = snapshot.config_list("good_states", &["good"]);
         let shorteners = snapshot.config_list("shorteners", DEFAULT_SHORTENERS);
 
         let hosts = link_hosts(&snapshot.item.text);
@@ -55,7 +68,15 @@ impl Rule for LinkSpam {
             .iter()
             .filter(|h| shorteners.iter().any(|s| *h == s || h.ends_with(&format!(".{s}"))))
             .count();
-        let new_author = snapshot.author.recent_items < new_author_items;
+        // New: known to gavel for less than `new_author_ms`; without a
+        // first-seen time (0), fewer than `new_author_items` recent items.
+        let new_author = match snapshot.author_age_ms() {
+            Some(age) => age < new_author_ms,
+            None => snapshot.author.recent_items < new_author_items,
+        };
+        let state = &snapshot.author.standing.state;
+        let poor_standing = !good_states.iter().any(|g| g == state);
+        let strict = new_author || poor_standing;
 
         if hosts.len() > max_links && shortened > 0 {
             return Ok(
@@ -67,12 +88,15 @@ impl Rule for LinkSpam {
         }
         if hosts.len() > max_links {
             let decision = Decision::hold(format!("{} links (more than {max_links})", hosts.len())).label("link-spam");
-            return Ok(decision.score(if new_author { 0.9 } else { 0.7 }));
+            return Ok(decision.score(if strict { 0.9 } else { 0.7 }));
         }
-        if shortened > 0 && new_author {
-            return Ok(Decision::hold("new author posting shortened links")
-                .label("shortener")
-                .score(0.6));
+        if shortened > 0 && strict {
+            let reason = if poor_standing {
+                format!("author in standing `{state}` posting shortened links")
+            } else {
+                "new author posting shortened links".to_string()
+            };
+            return Ok(Decision::hold(reason).label("shortener").score(0.6));
         }
         if shortened > 0 {
             return Ok(Decision::flag("link through a URL shortener")
@@ -118,5 +142,70 @@ mod tests {
     fn bad_config_is_an_error_not_a_silent_default() {
         let s = SnapshotBuilder::new().text("x").config("max_links", "three").build();
         assert!(LinkSpam::evaluate(&s).unwrap_err().contains("max_links"));
+        let s = SnapshotBuilder::new().text("x").config("new_author_ms", "7d").build();
+        assert!(LinkSpam::evaluate(&s).unwrap_err().contains("new_author_ms"));
+    }
+
+    #[test]
+    fn the_first_seen_time_decides_who_is_new_when_known() {
+        const DAY: u64 = 24 * 3600 * 1000;
+        const NOW: u64 = 1_767_225_600_000;
+        let shortened = |author_age: u64, recent_items: u32| {
+            let s = SnapshotBuilder::new()
+                .text("look https://bit.ly/3xyz")
+                .author_stats(recent_items, 0, 0)
+                .standing("good", 0.0, recent_items, 0, NOW - author_age)
+                .now_ms(NOW)
+                .build();
+            LinkSpam::evaluate(&s).unwrap().verdict
+        };
+        assert_eq!(
+            shortened(DAY, 10),
+            Verdict::Hold,
+            "first seen a day ago: new, however busy"
+        );
+        assert_eq!(
+            shortened(30 * DAY, 0),
+            Verdict::Flag,
+            "known for a month: not new, however quiet"
+        );
+        assert_eq!(
+            shortened(7 * DAY, 0),
+            Verdict::Flag,
+            "new means less than new_author_ms"
+        );
+        // A first sighting ahead of the host's clock is as new as it gets.
+        let ahead = SnapshotBuilder::new()
+            .text("look https://bit.ly/3xyz")
+            .author_stats(10, 0, 0)
+            .standing("good", 0.0, 10, 0, NOW + DAY)
+            .now_ms(NOW)
+            .build();
+        assert_eq!(LinkSpam::evaluate(&ahead).unwrap().verdict, Verdict::Hold);
+    }
+
+    #[test]
+    fn an_author_not_in_good_standing_is_judged_like_a_new_one() {
+        let s = |state: &str| {
+            SnapshotBuilder::new()
+                .text("look https://bit.ly/3xyz")
+                .author_stats(10, 0, 0)
+                .standing(state, 2.5, 10, 1, 1)
+                .now_ms(1_767_225_600_000)
+                .build()
+        };
+        assert_eq!(LinkSpam::evaluate(&s("good")).unwrap().verdict, Verdict::Flag);
+        for state in ["watch", "restricted"] {
+            let d = LinkSpam::evaluate(&s(state)).unwrap();
+            assert_eq!(d.verdict, Verdict::Hold, "{state}");
+            assert!(d.reason.contains(state), "{state}: {}", d.reason);
+        }
+        let many = SnapshotBuilder::new()
+            .text("http://a.example http://b.example http://c.example http://d.example")
+            .author_stats(10, 0, 0)
+            .standing("watch", 2.5, 10, 1, 1)
+            .now_ms(1_767_225_600_000)
+            .build();
+        assert_eq!(LinkSpam::evaluate(&many).unwrap().score, 0.9);
     }
 }

@@ -10,7 +10,8 @@ gavel refuses a component that imports them.)
 
 Config (sidecar `[config]`): `min_letters` (default 12) letters with case before the
 rule looks at case; `caps_ratio` (default 0.8) share of capitals that counts
-as shouting; three `!` or more in a row turn a hold into a reject.
+as shouting; three `!` or more in a row turn a hold into a reject, and so
+does an author whose account standing is not `good`.
 """
 
 import wit_world
@@ -33,7 +34,7 @@ class WitWorld(wit_world.WitWorld):
     def info(self) -> PluginInfo:
         return PluginInfo(
             name="shouting",
-            version="1.0.0",
+            version="1.1.0",
             description="Holds posts written mostly in capitals",
             phases=[Phase.ASYNC],
         )
@@ -55,4 +56,10 @@ class WitWorld(wit_world.WitWorld):
         if "!!!" in text:
             host.log(Level.INFO, f"item {input.item.id}: shouting with exclamation marks")
             return Decision(verdict=Verdict.REJECT, score=min(1.0, ratio), labels=["shouting"], reason=reason + ", with !!!", provider=None)
+        # An author in another state than `good` (the host's `[standing]`
+        # tiers, e.g. `watch`) has enforced decisions against them lately:
+        # their shouting is rejected rather than held for a moderator.
+        state = input.author.standing.state
+        if state != "good":
+            return Decision(verdict=Verdict.REJECT, score=min(1.0, ratio), labels=["shouting"], reason=f"{reason}, by an author in standing `{state}`", provider=None)
         return Decision(verdict=Verdict.HOLD, score=min(1.0, ratio), labels=["shouting"], reason=reason, provider=None)

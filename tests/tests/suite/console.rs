@@ -192,7 +192,7 @@ fn set_cookie(r: &reqwest::Response, name: &str) -> Option<String> {
 
 /// Signs in as `token` over plain HTTP, starting from `page`; returns the
 /// session cookie and where the sign-in sent the browser.
-async fn sign_in(http: &reqwest::Client, url: &str, page: &str, token: &str) -> (Option<String>, String) {
+pub(crate) async fn sign_in(http: &reqwest::Client, url: &str, page: &str, token: &str) -> (Option<String>, String) {
     let r = http.get(format!("{url}{page}")).send().await.unwrap();
     assert_eq!(r.status(), 303, "{page} without a session goes to sign-in");
     let login = r.headers()["location"].to_str().unwrap().to_string();

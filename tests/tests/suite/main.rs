@@ -19,5 +19,6 @@ mod reload;
 mod review;
 mod rules;
 mod schema;
+mod standing;
 mod store;
 mod worker;

@@ -47,6 +47,7 @@ fn write(item: NewItem) -> ItemWrite {
             window_ms: 3_600_000,
             hold_at: 5,
         },
+        standing: Default::default(),
         key: None,
         respond: body,
     }
@@ -86,6 +87,7 @@ pub(crate) async fn snapshot(store: &SharedStore, id: &str) -> SnapshotData {
     let windows = SnapshotWindows {
         author_since: 0,
         duplicate_since: 0,
+        standing_since: 0,
     };
     store.snapshots(&[id], windows).await.unwrap().pop().unwrap()
 }
@@ -188,7 +190,7 @@ async fn changes_of(store: &SharedStore, id: &str, n: usize) -> Vec<Change> {
             .await
             .unwrap()
             .into_iter()
-            .filter(|c| c.item_id == id)
+            .filter(|c| c.item_id.as_deref() == Some(id))
             .collect();
         if events.len() >= n || std::time::Instant::now() > deadline {
             return events;
@@ -231,8 +233,8 @@ async fn concurrent_transitions_from_one_state_have_one_winner(setup: Setup) {
         assert_eq!(
             events,
             vec![
-                (format!("{id}:1"), 1, ItemStatus::PendingScan),
-                (format!("{id}:2"), 2, details.item.status)
+                (format!("{id}:1"), 1, ItemStatus::PendingScan.to_string()),
+                (format!("{id}:2"), 2, details.item.status.to_string())
             ]
         );
     }
@@ -1252,6 +1254,7 @@ async fn multi_item_writes_take_row_locks_in_one_order(setup: Setup) {
                 let windows = SnapshotWindows {
                     author_since: 0,
                     duplicate_since: 0,
+                    standing_since: 0,
                 };
                 let snaps = store.snapshots(&refs, windows).await.unwrap();
                 let commits: Vec<EvaluationCommit> = snaps.iter().map(|s| commit_of(s, None)).collect();

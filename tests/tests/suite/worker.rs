@@ -177,7 +177,7 @@ async fn a_lost_lease_never_applies_twice(setup: Setup) {
             .await
             .unwrap()
             .into_iter()
-            .filter(|c| c.item_id == id)
+            .filter(|c| c.item_id.as_ref() == Some(&id))
             .map(|c| (c.event_id, c.item_version))
             .collect();
         if events.len() >= 2 || Instant::now() > deadline {

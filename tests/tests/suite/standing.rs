@@ -1,0 +1,533 @@
+//! Author standing (`host/src/store/authors.rs`, `host/src/domain/standing.rs`):
+//! strikes derived from the decision log in a window, account states changed
+//! by one fenced write each. The double penalty (a burst of rejections judged
+//! by two servers and by recomputations holding no lease at all), a
+//! reversal, the window moving, a moderator's manual state, shadow
+//! decisions, the submission effect, and each account transition reaching
+//! the platform exactly once.
+
+use gavel::config::WebhookConfig;
+use gavel::domain::standing::{StandingPolicy, Tier, TierEffect};
+use gavel_tests::receiver::Receiver;
+use gavel_tests::server::{Setup, TestServer, eventually};
+use serde_json::{Value, json};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+const SECRET: &str = "webhook-secret-0123456789";
+/// banned-terms rejects it at submission (sync phase), for anyone.
+const SPAM: &str = "buy scamcoin now";
+
+fn tiers(watch: f64, restricted: f64, suspended: f64) -> Vec<Tier> {
+    let tier = |name: &str, strikes, effect| Tier {
+        name: name.into(),
+        strikes,
+        effect,
+    };
+    vec![
+        tier("good", 0.0, TierEffect::None),
+        tier("watch", watch, TierEffect::None),
+        tier("restricted", restricted, TierEffect::Hold),
+        tier("suspended", suspended, TierEffect::Reject),
+    ]
+}
+
+/// A server with standing on (`policy` tweaks it) and a webhook receiver.
+async fn server(setup: Setup, receiver: &Receiver, policy: impl FnOnce(&mut StandingPolicy)) -> TestServer {
+    let url = receiver.url.clone();
+    TestServer::start_with(setup, move |c| {
+        c.standing.enabled = true;
+        policy(&mut c.standing);
+        c.webhooks.insert(
+            "platform".into(),
+            WebhookConfig {
+                url,
+                secret: SECRET.into(),
+                statuses: vec![],
+                kinds: vec![],
+                start: Default::default(),
+            },
+        );
+        c.delivery.poll_interval_ms = 20;
+    })
+    .await
+}
+
+/// A second server on the first one's store (and Redis, if any), with its
+/// own plugin directory and, embedded, its own coordinator: two processes
+/// recomputing one author.
+async fn second_server(first: &TestServer) -> TestServer {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    for entry in std::fs::read_dir(&first.config.plugin_dir).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, plugins.join(path.file_name().unwrap())).unwrap();
+    }
+    let mut config = first.config.clone();
+    config.plugin_dir = plugins;
+    config.data_dir = dir.path().join("data");
+    TestServer::serve(dir, first.setup, config, |_| {}).await
+}
+
+async fn author(s: &TestServer, name: &str) -> Value {
+    let r = s.get(&format!("/v1/authors/{name}"), &s.client).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    r.json().await.unwrap()
+}
+
+/// Waits until the author's state and live strikes are as expected and no
+/// recomputation is due (the stored strikes caught up).
+async fn wait_author(s: &TestServer, name: &str, status: &str, strikes: f64) -> Value {
+    let mut last = Value::Null;
+    eventually(
+        &format!("author {name} {status} with {strikes} strikes"),
+        Duration::from_secs(20),
+        async || {
+            last = author(s, name).await;
+            last["status"] == status && last["strikes"].as_f64() == Some(strikes)
+        },
+    )
+    .await;
+    last
+}
+
+/// The state names of `policy` in order, for checking a chain of transitions.
+fn rank(policy: &StandingPolicy, state: &str) -> usize {
+    policy.tiers.iter().position(|t| t.name == state).unwrap()
+}
+
+/// One chain: versions 1..=n, each transition leaving the state the last
+/// one reached, the first leaving `good`.
+fn assert_one_chain(transitions: &[Value]) {
+    let mut at = "good".to_string();
+    for (k, t) in transitions.iter().enumerate() {
+        assert_eq!(t["version"], json!(k as i64 + 1), "{transitions:#?}");
+        assert_eq!(t["from_status"], json!(at), "{transitions:#?}");
+        at = t["to_status"].as_str().unwrap().to_string();
+    }
+}
+
+/// A post by `author` that banned-terms rejects (each text its own, so the
+/// duplicate-text check never holds one).
+async fn spam(s: &TestServer, author: &str) -> String {
+    let text = format!("{SPAM} {}", gavel_tests::server::uuid_ish());
+    let (status, r) = s
+        .submit_as(
+            &s.client,
+            &json!({"kind": "post", "author": author, "text": text}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 202, "{r}");
+    r["id"].as_str().unwrap().to_string()
+}
+
+/// The account transitions the receiver got for `author`, by event id.
+fn author_events(receiver: &Receiver, author: &str) -> Vec<gavel::store::Change> {
+    receiver
+        .accepted()
+        .into_iter()
+        .filter(|c| c.kind == "author" && c.author.as_deref() == Some(author))
+        .collect()
+}
+
+/// The double penalty: a burst of rejections of one author's items, judged
+/// by two servers and recomputed all the while by two more store handles
+/// holding no lease at all (what a worker whose lease expired mid-way
+/// is), ends in one chain with each tier crossed once, and each
+/// transition delivered once.
+async fn a_burst_of_rejections_moves_the_author_once(setup: Setup) {
+    let receiver = Receiver::start(SECRET, 7).await;
+    let a = server(setup, &receiver, |p| p.tiers = tiers(2.0, 4.0, 8.0)).await;
+    let b = second_server(&a).await;
+    let policy = a.config.standing.clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut leaseless = tokio::task::JoinSet::new();
+    for _ in 0..2 {
+        let (store, policy, stop) = (a.open_store().await, policy.clone(), stop.clone());
+        leaseless.spawn(async move {
+            let mut moved = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let r = store
+                    .recompute_author("web", "spammer", &policy, "leaseless", gavel::clock::now_ms())
+                    .await
+                    .unwrap();
+                moved += usize::from(r.is_some_and(|r| r.transitioned.is_some()));
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+            moved
+        });
+    }
+    let burst = (0..20).map(|k| {
+        let s = if k % 2 == 0 { &a } else { &b };
+        spam(s, "spammer")
+    });
+    let ids = futures::future::join_all(burst).await;
+    for id in &ids {
+        let item = a.settled(id).await;
+        assert_eq!(item["status"], "rejected", "{item:#}");
+    }
+    let settled = wait_author(&a, "spammer", "suspended", 20.0).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut leaseless_moves = 0;
+    while let Some(moved) = leaseless.join_next().await {
+        leaseless_moves += moved.unwrap();
+    }
+
+    let transitions = settled["transitions"].as_array().unwrap().clone();
+    let chain: Vec<&str> = transitions.iter().map(|t| t["to_status"].as_str().unwrap()).collect();
+    eprintln!(
+        "{setup:?}: good -> {} ({leaseless_moves} of them by the lease-less recomputations)",
+        chain.join(" -> ")
+    );
+    assert_one_chain(&transitions);
+    // Up only, each tier reached once: never two transitions for one crossing.
+    let ranks: Vec<usize> = transitions
+        .iter()
+        .map(|t| rank(&policy, t["to_status"].as_str().unwrap()))
+        .collect();
+    assert!(ranks.windows(2).all(|w| w[0] < w[1]), "{transitions:#?}");
+    assert_eq!(settled["version"], json!(transitions.len()));
+    assert!(
+        transitions
+            .iter()
+            .all(|t| t["cause"] == "strikes" && t["actor"] == "rules")
+    );
+    // 20 items, one strike each, counted from 20 decisions.
+    assert_eq!(settled["decisions"].as_array().unwrap().len(), 20);
+
+    // Recomputing again, from either server's store, changes nothing.
+    let again = a
+        .open_store()
+        .await
+        .recompute_author("web", "spammer", &policy, "again", gavel::clock::now_ms())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((again.transitioned, again.status.as_str()), (None, "suspended"));
+
+    // Each account transition reaches the platform exactly once.
+    let expected: HashSet<String> = (1..=transitions.len()).map(|v| format!("web:spammer:{v}")).collect();
+    eventually("author events delivered", Duration::from_secs(20), async || {
+        author_events(&receiver, "spammer").len() >= expected.len()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let delivered = author_events(&receiver, "spammer");
+    let ids_seen: Vec<&str> = delivered.iter().map(|c| c.event_id.as_str()).collect();
+    assert_eq!(ids_seen.len(), expected.len(), "{ids_seen:?}");
+    assert_eq!(ids_seen.iter().map(|s| s.to_string()).collect::<HashSet<_>>(), expected);
+    let last = delivered.iter().max_by_key(|c| c.item_version).unwrap();
+    assert_eq!(
+        (last.to_status.as_str(), last.item_id.as_deref(), last.client.as_str()),
+        ("suspended", None, "web")
+    );
+    // ... and is in the changes feed, once.
+    let feed = a.get_json("/v1/changes?limit=1000", &a.client).await;
+    let in_feed: Vec<&str> = feed["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["kind"] == "author")
+        .map(|c| c["event_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(in_feed.iter().map(|s| s.to_string()).collect::<HashSet<_>>(), expected);
+    assert_eq!(in_feed.len(), expected.len());
+
+    // Suspended: a new submission is rejected at once, in the 202.
+    let (status, r) = a
+        .submit_as(
+            &a.client,
+            &json!({"kind": "post", "author": "spammer", "text": "hello"}),
+            None,
+        )
+        .await;
+    assert_eq!((status, r["status"].as_str()), (202, Some("rejected")), "{r}");
+    let item = a
+        .get_json(&format!("/v1/items/{}", r["id"].as_str().unwrap()), &a.moderator)
+        .await;
+    assert_eq!(item["transitions"][0]["cause"], "author_standing", "{item:#}");
+    // Another author of the same client, and the same name under another client, are not touched.
+    let (_, r) = a
+        .submit_as(
+            &a.client,
+            &json!({"kind": "post", "author": "neighbour", "text": "hello"}),
+            None,
+        )
+        .await;
+    assert_eq!(r["status"], "pending_scan", "{r}");
+    let (_, r) = a
+        .submit_as(
+            &a.client2,
+            &json!({"kind": "post", "author": "spammer", "text": "hello"}),
+            None,
+        )
+        .await;
+    assert_eq!(r["status"], "pending_scan", "{r}");
+    b.stop().await.unwrap();
+}
+
+/// A moderator's reversal removes its strike by itself: the author moves
+/// down once when the score falls under a threshold.
+async fn a_reversal_moves_the_author_down_once(setup: Setup) {
+    let receiver = Receiver::start(SECRET, 8).await;
+    let s = server(setup, &receiver, |p| p.tiers = tiers(2.0, 3.0, 10.0)).await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(spam(&s, "mallory").await);
+    }
+    let restricted = wait_author(&s, "mallory", "restricted", 3.0).await;
+    // Restricted holds new content at once.
+    let (_, r) = s
+        .submit_as(
+            &s.client,
+            &json!({"kind": "post", "author": "mallory", "text": "hi"}),
+            None,
+        )
+        .await;
+    assert_eq!(r["status"], "held_for_review", "{r}");
+
+    let reverse = async |id: &str| {
+        let r = s
+            .post(&format!("/v1/items/{id}/moderation"), &s.moderator)
+            .json(&json!({"status": "visible", "reason": "not spam after all"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    };
+    reverse(&ids[0]).await;
+    let watch = wait_author(&s, "mallory", "watch", 2.0).await;
+    let n = restricted["transitions"].as_array().unwrap().len();
+    let down = &watch["transitions"].as_array().unwrap()[n..];
+    assert_eq!(down.len(), 1, "{watch:#}");
+    assert_eq!(
+        (down[0]["from_status"].as_str(), down[0]["to_status"].as_str()),
+        (Some("restricted"), Some("watch"))
+    );
+    // The reversed decision no longer counts.
+    assert_eq!(watch["decisions"].as_array().unwrap().len(), 2);
+    reverse(&ids[1]).await;
+    let good = wait_author(&s, "mallory", "good", 1.0).await;
+    assert_one_chain(good["transitions"].as_array().unwrap());
+    assert_eq!(good["transitions"].as_array().unwrap().len(), n + 2, "{good:#}");
+}
+
+/// Strikes expire by the window moving: the author moves down once, with
+/// nothing else happening.
+async fn the_window_moving_moves_the_author_down(setup: Setup) {
+    let receiver = Receiver::start(SECRET, 9).await;
+    let s = server(setup, &receiver, |p| {
+        p.window_ms = 2_500;
+        p.tiers = tiers(2.0, 5.0, 10.0);
+    })
+    .await;
+    spam(&s, "eve").await;
+    spam(&s, "eve").await;
+    let watch = wait_author(&s, "eve", "watch", 2.0).await;
+    assert!(watch["next_expiry"].as_i64().is_some(), "{watch:#}");
+    let good = wait_author(&s, "eve", "good", 0.0).await;
+    let transitions = good["transitions"].as_array().unwrap();
+    assert_one_chain(transitions);
+    let last = transitions.last().unwrap();
+    assert_eq!(
+        (last["from_status"].as_str(), last["to_status"].as_str()),
+        (Some("watch"), Some("good"))
+    );
+    assert_eq!(last["cause"], "strikes");
+    assert_eq!(good["next_expiry"], Value::Null);
+}
+
+/// A moderator's state wins over automation until a moderator clears it;
+/// `If-Match` guards it; the API refuses what it must.
+async fn a_moderators_state_survives_recomputation(setup: Setup) {
+    let receiver = Receiver::start(SECRET, 10).await;
+    let s = server(setup, &receiver, |p| p.tiers = tiers(2.0, 4.0, 8.0)).await;
+    let first = s.submit("trudy", "hello").await;
+    let fresh = author(&s, "trudy").await;
+    assert_eq!(
+        (fresh["status"].as_str(), fresh["version"].as_i64()),
+        (Some("good"), Some(0))
+    );
+    let moderate = async |body: Value, if_match: Option<i64>| {
+        let mut req = s
+            .post("/v1/authors/trudy/moderation?client=web", &s.moderator)
+            .json(&body);
+        if let Some(v) = if_match {
+            req = req.header("If-Match", v.to_string());
+        }
+        let r = req.send().await.unwrap();
+        (r.status().as_u16(), r.json::<Value>().await.unwrap())
+    };
+    let (status, body) = moderate(json!({"status": "restricted", "reason": "ring leader"}), Some(3)).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("version_mismatch")),
+        "{body}"
+    );
+    let (status, body) = moderate(json!({"status": "banished", "reason": "x"}), None).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (422, Some("unknown_state")),
+        "{body}"
+    );
+    let r = s
+        .post("/v1/authors/trudy/moderation?client=web", &s.client)
+        .json(&json!({"status": "good", "reason": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let r = s.get("/v1/authors/trudy", &s.moderator).send().await.unwrap();
+    assert_eq!(r.status(), 422, "a moderator names the client");
+    let r = s.get("/v1/authors/trudy?client=web", &s.client2).send().await.unwrap();
+    assert_eq!(r.status(), 404, "another client's author is not found");
+    let (status, set) = moderate(json!({"status": "restricted", "reason": "ring leader"}), Some(0)).await;
+    assert_eq!(
+        (status, set["status"].as_str(), set["manual"].as_bool()),
+        (200, Some("restricted"), Some(true)),
+        "{set}"
+    );
+
+    // Strikes that reach another tier leave the manual state alone.
+    for _ in 0..2 {
+        spam(&s, "trudy").await;
+    }
+    eventually("strikes recomputed", Duration::from_secs(20), async || {
+        let a = author(&s, "trudy").await;
+        let stored = s
+            .open_store()
+            .await
+            .author("web", "trudy", &s.config.standing, gavel::clock::now_ms())
+            .await
+            .unwrap()
+            .unwrap();
+        a["strikes"] == json!(2.0) && stored.record.strikes == 2.0
+    })
+    .await;
+    // Let every queued recomputation run: the state is still the moderator's.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let still = author(&s, "trudy").await;
+    assert_eq!(
+        (still["status"].as_str(), still["manual"].as_bool()),
+        (Some("restricted"), Some(true)),
+        "{still:#}"
+    );
+    assert_eq!(still["transitions"].as_array().unwrap().len(), 1, "{still:#}");
+
+    // Cleared: automation sets the tier the strikes reach, at once.
+    let (status, cleared) = moderate(json!({"status": null, "reason": "served their time"}), Some(1)).await;
+    assert_eq!(status, 200, "{cleared}");
+    assert_eq!(
+        (cleared["status"].as_str(), cleared["manual"].as_bool()),
+        (Some("watch"), Some(false)),
+        "{cleared:#}"
+    );
+    let transitions = cleared["transitions"].as_array().unwrap();
+    assert_one_chain(transitions);
+    assert_eq!(transitions.len(), 2);
+    assert_eq!(transitions[1]["actor_name"], "mod");
+    assert_eq!(transitions[1]["actor"], "moderator", "who cleared it");
+    assert_eq!(cleared["decided_by"], "rules", "who decides from now on");
+    assert_eq!(transitions[1]["cause"], "moderation");
+
+    // The console's item page shows the author's account.
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let page = format!("/console/items/{first}");
+    let (session, _) = crate::console::sign_in(&http, &s.url, &page, &s.moderator).await;
+    let html = http
+        .get(format!("{}{page}", s.url))
+        .header("cookie", format!("gavel_session={}", session.unwrap()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(html.contains(r#"id="standing" data-status="watch""#), "{html}");
+    assert!(html.contains("2 strikes"), "{html}");
+}
+
+/// Shadow decisions never count: a rule in shadow rejecting everything an
+/// author posts leaves them in good standing.
+async fn shadow_decisions_never_count(setup: Setup) {
+    let receiver = Receiver::start(SECRET, 11).await;
+    let s = server(setup, &receiver, |p| p.tiers = tiers(1.0, 2.0, 3.0)).await;
+    let sidecar = s.config.plugin_dir.join("banned-terms.toml");
+    std::fs::write(
+        &sidecar,
+        "mode = \"shadow\"\n[config]\nterms = [\"scamcoin\"]\nverdict = \"reject\"\n",
+    )
+    .unwrap();
+    eventually("banned-terms in shadow", Duration::from_secs(20), async || {
+        let plugins = s.get_json("/v1/plugins", &s.moderator).await;
+        plugins["plugins"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|p| p["name"] == "banned-terms" && p["mode"] == "shadow")
+    })
+    .await;
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(spam(&s, "shade").await);
+    }
+    for id in &ids {
+        let item = s.settled(id).await;
+        assert_eq!(item["status"], "visible", "{item:#}");
+        assert!(
+            item["decisions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|d| d["mode"] == "shadow" && d["verdict"] == "reject"),
+            "{item:#}"
+        );
+    }
+    // An enforced rejection of another author is counted meanwhile, so the
+    // recomputations ran.
+    std::fs::write(
+        &sidecar,
+        "mode = \"enforce\"\n[config]\nterms = [\"other\"]\nverdict = \"reject\"\n",
+    )
+    .unwrap();
+    eventually("banned-terms enforcing", Duration::from_secs(20), async || {
+        let plugins = s.get_json("/v1/plugins", &s.moderator).await;
+        plugins["plugins"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|p| p["name"] == "banned-terms" && p["mode"] == "enforce")
+    })
+    .await;
+    let (_, r) = s
+        .submit_as(
+            &s.client,
+            &json!({"kind": "post", "author": "probe", "text": "other"}),
+            None,
+        )
+        .await;
+    assert_eq!(r["status"], "rejected", "{r}");
+    wait_author(&s, "probe", "watch", 1.0).await;
+    let shade = author(&s, "shade").await;
+    assert_eq!(
+        (shade["status"].as_str(), shade["strikes"].as_f64()),
+        (Some("good"), Some(0.0)),
+        "{shade:#}"
+    );
+    assert_eq!(shade["transitions"], json!([]));
+}
+
+gavel_tests::both!(
+    a_burst_of_rejections_moves_the_author_once,
+    a_reversal_moves_the_author_down_once,
+    the_window_moving_moves_the_author_down,
+    a_moderators_state_survives_recomputation,
+    shadow_decisions_never_count,
+);
