@@ -70,6 +70,11 @@ pub fn may_strike(d: &NewDecision) -> bool {
         && matches!(d.verdict, Some(Verdict::Flag | Verdict::Hold | Verdict::Reject))
 }
 
+/// Strike expiries at most this far ahead are queued in the coordinator;
+/// later ones are left to the reconciler (the store's `recheck_at`), so the
+/// queue does not hold every author with a strike for the whole window.
+const SOON_MS: i64 = 60_000;
+
 /// Asks the coordinator for evaluations. Cheap to clone.
 #[derive(Clone)]
 pub struct Scheduler {
@@ -337,9 +342,11 @@ impl Worker {
                 .store
                 .recompute_author(client, author, &p.standing, &correlation_id, now_ms())
                 .await;
+            if outcome.is_ok() {
+                self.attempts.lock().expect("lock").remove(&lease.item);
+            }
             match outcome {
                 Ok(Some(r)) => {
-                    self.attempts.lock().expect("lock").remove(&lease.item);
                     p.metrics.author_recomputations.inc();
                     if let Some((from, version)) = &r.transitioned {
                         p.metrics
@@ -350,8 +357,13 @@ impl Worker {
                             .inc();
                         tracing::info!(client, author, %from, to = %r.status, version, strikes = r.strikes, "author.transition");
                     }
-                    // The window moving is the next change nothing else announces.
-                    if let Some(at) = r.recheck_at {
+                    // The window moving is the next change nothing else
+                    // announces. The store's `recheck_at` says when, and the
+                    // reconciler queues the author then; an expiry this
+                    // close is queued now, to be on time.
+                    if let Some(at) = r.recheck_at
+                        && at - now_ms() <= SOON_MS
+                    {
                         self.reschedule(&lease.item, Schedule::At(at)).await;
                     }
                 }
@@ -448,6 +460,9 @@ impl Worker {
 
     /// Evaluates the claimed `ids`; one outcome per id, in order.
     async fn evaluate_batch(&self, ids: &[&str]) -> Vec<Settled> {
+        if ids.is_empty() {
+            return Vec::new();
+        }
         let p = &self.parts;
         let now = now_ms();
         let windows = SnapshotWindows {

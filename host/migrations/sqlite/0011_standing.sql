@@ -68,6 +68,10 @@ INSERT INTO outbox_new (seq, event_id, item_id, item_version, client, kind, exte
                         cause, actor, reason, correlation_id, created_at, txid)
 SELECT seq, event_id, item_id, item_version, client, kind, external_id, from_status, to_status,
        cause, actor, reason, correlation_id, created_at, txid FROM outbox;
+-- The sequence goes on where it was, even past rows retention deleted:
+-- webhook cursors and clients' feed cursors point into it.
+DELETE FROM sqlite_sequence WHERE name = 'outbox_new';
+INSERT INTO sqlite_sequence (name, seq) SELECT 'outbox_new', seq FROM sqlite_sequence WHERE name = 'outbox';
 DROP TABLE outbox;
 ALTER TABLE outbox_new RENAME TO outbox;
 CREATE INDEX outbox_item ON outbox (item_id, item_version);

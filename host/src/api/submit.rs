@@ -74,6 +74,14 @@ pub(super) fn validate_submission(req: &SubmitRequest, max_text_chars: usize) ->
         validate::identifier("external_id", ext, 256)?;
     }
     validate::identifier("kind", &req.kind, 64)?;
+    if req.kind == crate::store::AUTHOR_KIND {
+        // Well formed, but the outbox's events of this kind are accounts'.
+        return Err(ApiError::new(
+            axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+            "reserved_kind",
+            "`kind` \"author\" is reserved for account transitions in the outbox; name the content kind",
+        ));
+    }
     validate::identifier("author", &req.author, 256)?;
     validate::text("text", &req.text, max_text_chars)?;
     if let Some(context) = &req.context {

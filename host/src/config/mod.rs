@@ -570,6 +570,40 @@ mod tests {
     }
 
     #[test]
+    fn the_shipped_demo_configuration_loads_with_standing_tables() {
+        let demo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/demo.toml");
+        let flags = ServeFlags {
+            config: Some(demo),
+            ..ServeFlags::default()
+        };
+        let c = Config::load(&flags).unwrap();
+        assert!(c.standing.enabled);
+        assert_eq!(
+            c.standing.tiers,
+            crate::domain::standing::StandingPolicy::default().tiers
+        );
+        // A standing table as the README shows it, and a bad one.
+        let dir = tempfile_dir();
+        let file = dir.join("standing.toml");
+        std::fs::write(
+            &file,
+            "[standing]\nenabled = true\n[standing.weights]\nreject = 1.0\n[standing.labels]\nscam = 3.0\n\
+             [[standing.tiers]]\nname = \"good\"\nstrikes = 0\n[[standing.tiers]]\nname = \"out\"\nstrikes = 3\neffect = \"reject\"\n",
+        )
+        .unwrap();
+        let flags = ServeFlags {
+            config: Some(file.clone()),
+            ..ServeFlags::default()
+        };
+        let c = Config::load(&flags).unwrap();
+        assert_eq!(c.standing.labels["scam"], 3.0);
+        assert_eq!(c.standing.tier_for(3.0).name, "out");
+        std::fs::write(&file, "[[standing.tiers]]\nname = \"good\"\nstrikes = 1\n").unwrap();
+        let err = Config::load(&flags).unwrap_err().to_string();
+        assert!(err.contains("starts at 0"), "{err}");
+    }
+
+    #[test]
     fn debounce_overrides_per_kind() {
         let mut e = EvaluationConfig::default();
         assert_eq!(e.schedule_for("submit", 7), Schedule::At(7));

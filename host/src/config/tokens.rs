@@ -31,8 +31,9 @@ pub fn validate_tokens(tokens: &[TokenConfig]) -> anyhow::Result<()> {
     let mut values = std::collections::HashSet::new();
     for t in tokens {
         anyhow::ensure!(
-            !t.name.trim().is_empty() && t.name.len() <= 64 && !t.name.chars().any(char::is_control),
-            "configuration: a token name must be 1-64 printable characters, got {:?}",
+            !t.name.trim().is_empty() && t.name.len() <= 64 && !t.name.chars().any(|c| c.is_control() || c == ':'),
+            "configuration: a token name must be 1-64 printable characters without ':' (it separates the client \
+             from the author in account event ids), got {:?}",
             t.name
         );
         anyhow::ensure!(

@@ -9,7 +9,7 @@
 //! strike, not five, a moderator's reversal removes the strike by itself,
 //! and expiry is the window moving.
 
-use super::Verdict;
+use super::{ItemStatus, Verdict};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -68,8 +68,9 @@ pub struct Tier {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StandingPolicy {
-    /// Whether account states are computed and enforced. Off, the rules
-    /// still see each author's figures, with the first tier as the state.
+    /// Whether account states are computed and enforced. Off, nothing
+    /// changes them: the rules still see each author's figures and stored
+    /// state (the first tier, for an author first seen while it is off).
     pub enabled: bool,
     /// Decisions older than this no longer count (default 90 days).
     pub window_ms: i64,
@@ -113,6 +114,23 @@ pub struct CountedDecision {
     pub verdict: Verdict,
     pub labels: Vec<String>,
     pub created_at: i64,
+    /// The item's status when a moderator decided it (`None`: automation's).
+    pub manual_status: Option<ItemStatus>,
+}
+
+impl CountedDecision {
+    /// Whether a moderator's decision on the item overrules this one: a
+    /// moderator who made it visible overrules every automated decision on
+    /// it, one who held it overrules rejections; a rejection or a deletion
+    /// by a moderator overrules nothing. (Reversal marks only the decisions
+    /// behind the item's latest automated status; this covers earlier ones.)
+    pub fn overruled(&self) -> bool {
+        match self.manual_status {
+            Some(ItemStatus::Visible) => true,
+            Some(ItemStatus::HeldForReview) => self.verdict == Verdict::Reject,
+            _ => false,
+        }
+    }
 }
 
 /// An author's strike score at one time, and what made it.
@@ -232,7 +250,7 @@ impl StandingPolicy {
         let since = now - self.window_ms;
         // Per item: the heaviest decision in the window (the latest of equals).
         let mut per_item: BTreeMap<&str, (f64, i64, i64)> = BTreeMap::new();
-        for d in decisions.iter().filter(|d| d.created_at > since) {
+        for d in decisions.iter().filter(|d| d.created_at > since && !d.overruled()) {
             let w = self.weight(d.verdict, &d.labels);
             if w <= 0.0 {
                 continue;
@@ -287,6 +305,7 @@ mod tests {
             verdict,
             labels: Vec::new(),
             created_at: at,
+            manual_status: None,
         }
     }
 
@@ -304,6 +323,42 @@ mod tests {
         // Item a counts its latest decision; c's hold weighs nothing by default.
         assert_eq!(s.decisions, vec![2, 3]);
         assert_eq!(s.next_expiry, Some(150 + p.window_ms));
+    }
+
+    #[test]
+    fn a_moderators_decision_overrules_the_more_severe_automated_ones() {
+        let p = StandingPolicy::default();
+        let on = |status, verdict| CountedDecision {
+            manual_status: status,
+            ..d(1, "a", verdict, 100)
+        };
+        // An earlier rejection the reversal did not mark (another item version) no longer counts...
+        assert_eq!(
+            p.strikes(&[on(Some(ItemStatus::Visible), Verdict::Reject)], 200).score,
+            0.0
+        );
+        assert_eq!(
+            p.strikes(&[on(Some(ItemStatus::HeldForReview), Verdict::Reject)], 200)
+                .score,
+            0.0
+        );
+        // ...but a moderator who confirms a rejection, or deletes the item, keeps it counting.
+        assert_eq!(
+            p.strikes(&[on(Some(ItemStatus::Rejected), Verdict::Reject)], 200).score,
+            1.0
+        );
+        assert_eq!(
+            p.strikes(&[on(Some(ItemStatus::Deleted), Verdict::Reject)], 200).score,
+            1.0
+        );
+        assert_eq!(p.strikes(&[on(None, Verdict::Reject)], 200).score, 1.0);
+        let mut held = StandingPolicy::default();
+        held.weights.insert(Verdict::Hold, 0.5);
+        assert_eq!(
+            held.strikes(&[on(Some(ItemStatus::HeldForReview), Verdict::Hold)], 200)
+                .score,
+            0.5
+        );
     }
 
     #[test]

@@ -200,7 +200,8 @@ macro_rules! impl_authors {
                 E: sqlx::Executor<'e, Database = $db>,
             {
                 let rows = sqlx::query(
-                    "SELECT d.id, d.item_id, d.verdict, d.labels, d.created_at FROM items i \
+                    "SELECT d.id, d.item_id, d.verdict, d.labels, d.created_at, \
+                     CASE WHEN i.decided_by = 'moderator' THEN i.status END AS manual_status FROM items i \
                      JOIN decisions d ON d.item_id = i.id WHERE i.client = $1 AND i.author = $2 \
                      AND d.created_at > $3 AND d.mode = 'enforce' AND d.applied AND d.outcome = 'ok' \
                      AND d.reversed_at IS NULL AND d.verdict IN ('flag', 'hold', 'reject')",
@@ -218,6 +219,7 @@ macro_rules! impl_authors {
                             verdict: rows::parse::<Verdict>(r.try_get::<&str, _>("verdict")?)?,
                             labels: rows::labels(r.try_get::<&str, _>("labels")?)?,
                             created_at: r.try_get("created_at")?,
+                            manual_status: rows::parse_opt(r.try_get::<Option<&str>, _>("manual_status")?)?,
                         })
                     })
                     .collect()

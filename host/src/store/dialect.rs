@@ -23,6 +23,10 @@ pub(super) trait Dialect: Send + Sync + 'static {
     /// absent (`instr` on SQLite, `strpos` on PostgreSQL): a case-sensitive
     /// search on both, unlike `LIKE`.
     const POSITION: &'static str;
+    /// Appended to a text column in `ORDER BY` for byte order (the order
+    /// Rust sorts `String`s in): ` COLLATE "C"` on PostgreSQL, whose
+    /// default collation may follow a locale; nothing on SQLite (`BINARY`).
+    const BYTE_ORDER: &'static str;
     /// Whether statements built by [`Statements`] go out with anonymous
     /// `?` parameters instead of `$N`. SQLite looks a numbered parameter
     /// up in a list (binding one costs O(parameters)), so binding a

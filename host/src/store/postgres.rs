@@ -38,6 +38,7 @@ impl Dialect for PgStore {
     const FOR_UPDATE: &'static str = " FOR UPDATE";
     const FEED_HORIZON: &'static str = " AND txid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint";
     const NOW_MS: &'static str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint";
+    const BYTE_ORDER: &'static str = " COLLATE \"C\"";
     const POSITION: &'static str = "strpos";
     const ANONYMOUS_PARAMETERS: bool = false;
 

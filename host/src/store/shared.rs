@@ -157,27 +157,45 @@ macro_rules! impl_shared {
             /// `now` (unless due sooner already): called in the transaction
             /// that records a decision that may count, or reverses one, so
             /// no change to an author's strikes can go unrecomputed, even if
-            /// the process dies before it queues the author. The rows are
-            /// locked in one order (PostgreSQL), so concurrent batches queue
-            /// instead of deadlocking.
+            /// the process dies before it queues the author. The authors'
+            /// rows are locked in one order across the whole batch
+            /// (PostgreSQL), as submissions lock them, so concurrent writers
+            /// queue instead of deadlocking.
             pub(crate) async fn mark_authors(tx: &mut Tx<'_>, item_ids: &[&str], now: Millis) -> StoreResult<()> {
+                let mut authors = std::collections::BTreeSet::new();
+                for chunk in item_ids.chunks(256) {
+                    let sql = STATEMENTS.get("authors_of_items", chunk.len().next_power_of_two(), |n| {
+                        format!(
+                            "SELECT DISTINCT client, author FROM items WHERE id IN ({})",
+                            $crate::store::dialect::placeholders(1, n)
+                        )
+                    });
+                    // Padded to a power of two with the last id: few statement texts.
+                    let mut q = sqlx::query_as::<_, (String, String)>(sql);
+                    for k in 0..chunk.len().next_power_of_two() {
+                        q = q.bind(chunk[k.min(chunk.len() - 1)]);
+                    }
+                    authors.extend(q.fetch_all(&mut **tx).await?);
+                }
+                let authors: Vec<(String, String)> = authors.into_iter().collect();
                 let for_update = <$store as $crate::store::dialect::Dialect>::FOR_UPDATE;
-                let mut rest = item_ids;
-                for size in chunk_sizes(item_ids.len()) {
+                let bytes = <$store as $crate::store::dialect::Dialect>::BYTE_ORDER;
+                let mut rest = authors.as_slice();
+                for size in chunk_sizes(authors.len()) {
                     let (chunk, tail) = rest.split_at(size);
                     rest = tail;
                     let sql = STATEMENTS.get("mark_authors", size, |n| {
+                        let pairs: Vec<String> = (0..n).map(|k| format!("(${}, ${})", 2 + 2 * k, 3 + 2 * k)).collect();
                         format!(
                             "UPDATE authors SET recheck_at = $1 WHERE (recheck_at IS NULL OR recheck_at > $1) \
-                             AND (client, author) IN (SELECT a.client, a.author FROM authors a JOIN items i \
-                             ON i.client = a.client AND i.author = a.author WHERE i.id IN ({}) \
-                             ORDER BY a.client, a.author{for_update})",
-                            $crate::store::dialect::placeholders(2, n)
+                             AND (client, author) IN (SELECT client, author FROM authors \
+                             WHERE (client, author) IN (VALUES {}) ORDER BY client{bytes}, author{bytes}{for_update})",
+                            pairs.join(", ")
                         )
                     });
                     let mut q = sqlx::query(sql).bind(now);
-                    for id in chunk {
-                        q = q.bind(*id);
+                    for (client, author) in chunk {
+                        q = q.bind(client).bind(author);
                     }
                     q.execute(&mut **tx).await?;
                 }

@@ -103,6 +103,7 @@ impl Dialect for SqliteStore {
     const FOR_UPDATE: &'static str = "";
     const FEED_HORIZON: &'static str = "";
     const NOW_MS: &'static str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+    const BYTE_ORDER: &'static str = "";
     const POSITION: &'static str = "instr";
     const ANONYMOUS_PARAMETERS: bool = true;
 

@@ -137,6 +137,7 @@ macro_rules! impl_submissions {
             async fn lock_authors(
                 tx: &mut txn::Tx<'_>,
                 authors: &[(&str, &str, Millis)],
+                initial: &str,
             ) -> StoreResult<HashMap<(String, String), String>> {
                 let mut states = HashMap::with_capacity(authors.len());
                 let mut rest = authors;
@@ -145,15 +146,15 @@ macro_rules! impl_submissions {
                     rest = tail;
                     let sql = STATEMENTS.get("authors", size, |n| {
                         format!(
-                            "INSERT INTO authors (client, author, first_seen, last_seen) VALUES {} \
+                            "INSERT INTO authors (client, author, first_seen, last_seen, status) VALUES {} \
                              ON CONFLICT (client, author) DO UPDATE SET last_seen = excluded.last_seen \
                              RETURNING client, author, status",
-                            $crate::store::dialect::values(n, 4)
+                            $crate::store::dialect::values(n, 5)
                         )
                     });
                     let mut q = sqlx::query_as::<_, (String, String, String)>(sql);
                     for (client, author, now) in chunk {
-                        q = q.bind(*client).bind(*author).bind(*now).bind(*now);
+                        q = q.bind(*client).bind(*author).bind(*now).bind(*now).bind(initial);
                     }
                     for (client, author, status) in q.fetch_all(&mut **tx).await? {
                         states.insert((client, author), status);
@@ -292,7 +293,9 @@ macro_rules! impl_submissions {
                     .collect();
                 authors.sort_unstable();
                 authors.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
-                let states = lock_authors(tx, &authors).await?;
+                // A new author starts in the first tier (one policy per process).
+                let initial = writes.first().map_or("good", |&i| batch[i].standing.initial());
+                let states = lock_authors(tx, &authors, initial).await?;
                 let stored = duplicate_counts(tx, batch, writes).await?;
                 let mut in_batch: HashMap<(&str, &str, &str), i64> = HashMap::new();
                 let mut decided = Vec::with_capacity(writes.len());

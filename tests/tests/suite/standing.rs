@@ -78,8 +78,8 @@ async fn author(s: &TestServer, name: &str) -> Value {
     r.json().await.unwrap()
 }
 
-/// Waits until the author's state and live strikes are as expected and no
-/// recomputation is due (the stored strikes caught up).
+/// Waits until the author's state and the strikes derived now from the
+/// decision log are as expected.
 async fn wait_author(s: &TestServer, name: &str, status: &str, strikes: f64) -> Value {
     let mut last = Value::Null;
     eventually(
@@ -100,9 +100,9 @@ fn rank(policy: &StandingPolicy, state: &str) -> usize {
 }
 
 /// One chain: versions 1..=n, each transition leaving the state the last
-/// one reached, the first leaving `good`.
-fn assert_one_chain(transitions: &[Value]) {
-    let mut at = "good".to_string();
+/// one reached, the first leaving the first tier, `first`.
+fn assert_one_chain(transitions: &[Value], first: &str) {
+    let mut at = first.to_string();
     for (k, t) in transitions.iter().enumerate() {
         assert_eq!(t["version"], json!(k as i64 + 1), "{transitions:#?}");
         assert_eq!(t["from_status"], json!(at), "{transitions:#?}");
@@ -183,7 +183,7 @@ async fn a_burst_of_rejections_moves_the_author_once(setup: Setup) {
         "{setup:?}: good -> {} ({leaseless_moves} of them by the lease-less recomputations)",
         chain.join(" -> ")
     );
-    assert_one_chain(&transitions);
+    assert_one_chain(&transitions, "good");
     // Up only, each tier reached once: never two transitions for one crossing.
     let ranks: Vec<usize> = transitions
         .iter()
@@ -270,6 +270,42 @@ async fn a_burst_of_rejections_moves_the_author_once(setup: Setup) {
     b.stop().await.unwrap();
 }
 
+/// Recomputed through the debounced queue: a burst of 20 rejections within
+/// the author's debounce window is one recomputation and one transition,
+/// straight to the tier the full count reaches.
+async fn a_burst_is_counted_once_after_it_goes_quiet(setup: Setup) {
+    let s = TestServer::start_with(setup, |c| {
+        c.standing.enabled = true;
+        c.standing.tiers = tiers(2.0, 4.0, 8.0);
+        c.evaluation.kinds.insert(
+            "author".into(),
+            gavel::config::DebounceOverride {
+                window_ms: Some(1_500),
+                max_wait_ms: Some(10_000),
+                ..Default::default()
+            },
+        );
+    })
+    .await;
+    let burst = (0..20).map(|_| spam(&s, "burst"));
+    futures::future::join_all(burst).await;
+    let settled = wait_author(&s, "burst", "suspended", 20.0).await;
+    let transitions = settled["transitions"].as_array().unwrap();
+    assert_eq!(transitions.len(), 1, "{settled:#}");
+    assert_eq!(
+        (
+            transitions[0]["from_status"].as_str(),
+            transitions[0]["to_status"].as_str()
+        ),
+        (Some("good"), Some("suspended"))
+    );
+    assert_eq!(
+        s.metrics.author_recomputations.get(),
+        1,
+        "one recomputation for the burst"
+    );
+}
+
 /// A moderator's reversal removes its strike by itself: the author moves
 /// down once when the score falls under a threshold.
 async fn a_reversal_moves_the_author_down_once(setup: Setup) {
@@ -312,7 +348,7 @@ async fn a_reversal_moves_the_author_down_once(setup: Setup) {
     assert_eq!(watch["decisions"].as_array().unwrap().len(), 2);
     reverse(&ids[1]).await;
     let good = wait_author(&s, "mallory", "good", 1.0).await;
-    assert_one_chain(good["transitions"].as_array().unwrap());
+    assert_one_chain(good["transitions"].as_array().unwrap(), "good");
     assert_eq!(good["transitions"].as_array().unwrap().len(), n + 2, "{good:#}");
 }
 
@@ -320,22 +356,25 @@ async fn a_reversal_moves_the_author_down_once(setup: Setup) {
 /// nothing else happening.
 async fn the_window_moving_moves_the_author_down(setup: Setup) {
     let receiver = Receiver::start(SECRET, 9).await;
+    // The first tier named otherwise: new authors start there.
     let s = server(setup, &receiver, |p| {
         p.window_ms = 2_500;
         p.tiers = tiers(2.0, 5.0, 10.0);
+        p.tiers[0].name = "clean".into();
     })
     .await;
     spam(&s, "eve").await;
+    assert_eq!(author(&s, "eve").await["status"], "clean");
     spam(&s, "eve").await;
     let watch = wait_author(&s, "eve", "watch", 2.0).await;
     assert!(watch["next_expiry"].as_i64().is_some(), "{watch:#}");
-    let good = wait_author(&s, "eve", "good", 0.0).await;
+    let good = wait_author(&s, "eve", "clean", 0.0).await;
     let transitions = good["transitions"].as_array().unwrap();
-    assert_one_chain(transitions);
+    assert_one_chain(transitions, "clean");
     let last = transitions.last().unwrap();
     assert_eq!(
         (last["from_status"].as_str(), last["to_status"].as_str()),
-        (Some("watch"), Some("good"))
+        (Some("watch"), Some("clean"))
     );
     assert_eq!(last["cause"], "strikes");
     assert_eq!(good["next_expiry"], Value::Null);
@@ -427,7 +466,7 @@ async fn a_moderators_state_survives_recomputation(setup: Setup) {
         "{cleared:#}"
     );
     let transitions = cleared["transitions"].as_array().unwrap();
-    assert_one_chain(transitions);
+    assert_one_chain(transitions, "good");
     assert_eq!(transitions.len(), 2);
     assert_eq!(transitions[1]["actor_name"], "mod");
     assert_eq!(transitions[1]["actor"], "moderator", "who cleared it");
@@ -526,6 +565,7 @@ async fn shadow_decisions_never_count(setup: Setup) {
 
 gavel_tests::both!(
     a_burst_of_rejections_moves_the_author_once,
+    a_burst_is_counted_once_after_it_goes_quiet,
     a_reversal_moves_the_author_down_once,
     the_window_moving_moves_the_author_down,
     a_moderators_state_survives_recomputation,
