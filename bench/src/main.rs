@@ -1,4 +1,4 @@
-//! `gavel-bench`: runs B3–B9, B11 and B12 (docs/BENCHMARKS.md), reads B1/B2 from
+//! `gavel-bench`: runs B3–B9 and B11–B13 (docs/BENCHMARKS.md), reads B1/B2 from
 //! criterion's results, prints one table and writes `bench-results.json`. Run
 //! it with `cargo xtask bench` (which builds everything in release mode and
 //! runs the criterion benchmarks first).
@@ -8,6 +8,7 @@ mod console;
 mod history;
 mod micro;
 mod report;
+mod standing;
 mod system;
 
 use clap::{Parser, Subcommand};
@@ -104,6 +105,10 @@ fn main() -> anyhow::Result<()> {
             if wants("B11") {
                 eprintln!("B11: storing snapshots, and backtest throughput…");
                 figures.extend(history::b11(&gavel, sizes).await?);
+            }
+            if wants("B13") {
+                eprintln!("B13: author standing, off and on…");
+                figures.extend(standing::b13(&gavel, sizes).await?);
             }
             if wants("B12") {
                 eprintln!("B12: console pages over {} stored items…", sizes.console_items);

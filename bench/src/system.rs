@@ -410,7 +410,7 @@ struct Settled {
 /// `per_request` per `POST /v1/items/batch`) and waits until every one has
 /// been judged: items settled per second, first submission to last commit,
 /// and the CPU the gavel process `pid` spent per item meanwhile.
-async fn end_to_end(processes: &[&Gavel], n: usize, per_request: usize) -> anyhow::Result<Settled> {
+async fn end_to_end(processes: &[&Gavel], n: usize, per_request: usize, spam_every: usize) -> anyhow::Result<Settled> {
     let http = reqwest::Client::builder().pool_max_idle_per_host(128).build()?;
     let url = processes[0].url.as_str();
     let before = committed_by(&http, processes).await?;
@@ -422,7 +422,16 @@ async fn end_to_end(processes: &[&Gavel], n: usize, per_request: usize) -> anyho
     for _ in 0..64 {
         let (http, url, next, tag) = (http.clone(), url.to_string(), next.clone(), tag.clone());
         lanes.spawn(async move {
-            let item = |i: usize| json!({"kind": "post", "author": format!("e{tag}-{i}"), "text": format!("end to end {tag} {i}")});
+            let item = |i: usize| {
+                if spam_every > 0 && i % spam_every == 0 {
+                    let links =
+                        format!("https://bit.ly/a{i} https://tinyurl.com/b{i} https://t.co/c{i} https://x.example/{i}");
+                    json!({"kind": "post", "author": format!("s{tag}-{}", i / spam_every % 10),
+                        "text": format!("deal {tag} {i} {links} https://y.example/{i}")})
+                } else {
+                    json!({"kind": "post", "author": format!("e{tag}-{i}"), "text": format!("end to end {tag} {i}")})
+                }
+            };
             loop {
                 let first = next.fetch_add(per_request, std::sync::atomic::Ordering::Relaxed);
                 if first >= n {
@@ -430,7 +439,9 @@ async fn end_to_end(processes: &[&Gavel], n: usize, per_request: usize) -> anyho
                 }
                 let last = (first + per_request).min(n);
                 let r = if per_request == 1 {
-                    http.post(format!("{url}/v1/items")).bearer_auth(CLIENT_TOKEN).json(&item(first))
+                    http.post(format!("{url}/v1/items"))
+                        .bearer_auth(CLIENT_TOKEN)
+                        .json(&item(first))
                 } else {
                     let items: Vec<Value> = (first..last).map(item).collect();
                     http.post(format!("{url}/v1/items/batch"))
@@ -442,7 +453,12 @@ async fn end_to_end(processes: &[&Gavel], n: usize, per_request: usize) -> anyho
                 anyhow::ensure!(r.status().is_success(), "submission answered {}", r.status());
                 if per_request > 1 {
                     let body: Value = r.json().await?;
-                    let refused = body["results"].as_array().into_iter().flatten().filter(|e| e["status"] != 202).count();
+                    let refused = body["results"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter(|e| e["status"] != 202)
+                        .count();
                     anyhow::ensure!(refused == 0, "{refused} batch entries were refused: {body}");
                 }
             }
@@ -475,9 +491,21 @@ pub(crate) async fn settle_runs(
     n: usize,
     per_request: usize,
 ) -> anyhow::Result<(Spread, f64)> {
+    settle_runs_with(processes, runs, n, per_request, 0).await
+}
+
+/// [`settle_runs`] where every `spam_every`-th item (0: none) is link spam
+/// from one of ten spammers, which link-spam rejects in the async phase.
+pub(crate) async fn settle_runs_with(
+    processes: &[&Gavel],
+    runs: usize,
+    n: usize,
+    per_request: usize,
+    spam_every: usize,
+) -> anyhow::Result<(Spread, f64)> {
     let (mut rates, mut cpu) = (Vec::new(), Vec::new());
     for _ in 0..runs {
-        let s = end_to_end(processes, n, per_request).await?;
+        let s = end_to_end(processes, n, per_request, spam_every).await?;
         rates.push(s.rate);
         cpu.push(s.cpu_us);
     }

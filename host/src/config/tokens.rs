@@ -138,6 +138,9 @@ mod tests {
         assert!(validate_tokens(&[token("a", "short")]).is_err());
         assert!(validate_tokens(&[token("a", "0123456789abcdef 0")]).is_err());
         assert!(validate_tokens(&[token("", "0123456789abcdef")]).is_err());
+        // ':' separates the client from the author in account event ids.
+        let colon = validate_tokens(&[token("web:eu", "0123456789abcdef")]).unwrap_err();
+        assert!(colon.to_string().contains("without ':'"), "{colon}");
         assert!(validate_tokens(&[token("a", "0123456789abcdef"), token("a", "0123456789abcdeF")]).is_err());
         assert!(validate_tokens(&[token("a", "0123456789abcdef"), token("b", "0123456789abcdef")]).is_err());
     }

@@ -424,6 +424,19 @@ async fn a_moderators_state_survives_recomputation(setup: Setup) {
     assert_eq!(r.status(), 422, "a moderator names the client");
     let r = s.get("/v1/authors/trudy?client=web", &s.client2).send().await.unwrap();
     assert_eq!(r.status(), 404, "another client's author is not found");
+    // Account events are the outbox's `author` kind: no item takes it.
+    let (status, body) = s
+        .submit_as(
+            &s.client,
+            &json!({"kind": "author", "author": "trudy", "text": "hi"}),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (422, Some("reserved_kind")),
+        "{body}"
+    );
     let (status, set) = moderate(json!({"status": "restricted", "reason": "ring leader"}), Some(0)).await;
     assert_eq!(
         (status, set["status"].as_str(), set["manual"].as_bool()),
