@@ -11,8 +11,8 @@ use crate::clock::now_ms;
 use crate::config::{EvaluationConfig, IngestConfig, ProviderConfig};
 use crate::coordinator::{CoordinatorError, Lease, Schedule, SharedCoordinator};
 use crate::domain::policy::{EvaluationInputs, ProviderAnswer, evaluation};
-use crate::domain::standing::StandingPolicy;
-use crate::domain::{Actor, ItemStatus, Mode, Outcome, Phase, Verdict};
+use crate::domain::standing::{StandingPolicy, may_count};
+use crate::domain::{Actor, ItemStatus, Mode, Phase, Verdict};
 use crate::judge::{Judgement, judge, snapshot_of};
 use crate::metrics::Metrics;
 use crate::rules::{EvaluationPool, HostError, Registry};
@@ -59,15 +59,6 @@ pub fn parse_author_key(key: &str) -> Option<(&str, &str)> {
     let client = rest.get(..len)?;
     let author = rest.get(len..)?.strip_prefix(':')?;
     Some((client, author))
-}
-
-/// Whether a decision may count as a strike against its item's author
-/// (the store marks the author for recomputation in the same transaction).
-pub fn may_strike(d: &NewDecision) -> bool {
-    d.mode == Mode::Enforce
-        && d.applied
-        && d.outcome == Outcome::Ok
-        && matches!(d.verdict, Some(Verdict::Flag | Verdict::Hold | Verdict::Reject))
 }
 
 /// Strike expiries at most this far ahead are queued in the coordinator;
@@ -520,7 +511,8 @@ impl Worker {
             match judged.and_then(|(data, j)| j.map(|j| (data, j))) {
                 Ok((data, judgement)) => {
                     let (commit, verdict) = self.decide(&data, &judgement);
-                    let author = (p.standing.enabled && commit.decisions.iter().any(may_strike))
+                    let strikes = |d: &NewDecision| may_count(d.mode, d.applied, d.outcome, d.verdict);
+                    let author = (p.standing.enabled && commit.decisions.iter().any(strikes))
                         .then(|| (data.item.client.clone(), data.item.author.clone()));
                     commits.push(Judged {
                         index: i,

@@ -9,7 +9,7 @@
 //! strike, not five, a moderator's reversal removes the strike by itself,
 //! and expiry is the window moving.
 
-use super::{ItemStatus, Verdict};
+use super::{ItemStatus, Mode, Outcome, Verdict};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -104,6 +104,17 @@ impl Default for StandingPolicy {
             ],
         }
     }
+}
+
+/// Whether a decision, as recorded, may count as a strike against its
+/// item's author: enforced, applied, decided, and a verdict a weight can be
+/// given to. The store marks the author for recomputation in the decision's
+/// transaction when it does.
+pub fn may_count(mode: Mode, applied: bool, outcome: Outcome, verdict: Option<Verdict>) -> bool {
+    mode == Mode::Enforce
+        && applied
+        && outcome == Outcome::Ok
+        && matches!(verdict, Some(Verdict::Flag | Verdict::Hold | Verdict::Reject))
 }
 
 /// A decision that may count as a strike, as the store reads it.
@@ -359,6 +370,18 @@ mod tests {
                 .score,
             0.5
         );
+    }
+
+    #[test]
+    fn only_enforced_applied_decided_verdicts_may_count() {
+        use super::super::{Mode, Outcome};
+        assert!(may_count(Mode::Enforce, true, Outcome::Ok, Some(Verdict::Reject)));
+        assert!(may_count(Mode::Enforce, true, Outcome::Ok, Some(Verdict::Flag)));
+        assert!(!may_count(Mode::Shadow, true, Outcome::Ok, Some(Verdict::Reject)));
+        assert!(!may_count(Mode::Enforce, false, Outcome::Ok, Some(Verdict::Reject)));
+        assert!(!may_count(Mode::Enforce, true, Outcome::Timeout, None));
+        assert!(!may_count(Mode::Enforce, true, Outcome::Ok, Some(Verdict::Allow)));
+        assert!(!may_count(Mode::Enforce, true, Outcome::Ok, Some(Verdict::Defer)));
     }
 
     #[test]

@@ -260,12 +260,18 @@ impl RuleEngine {
     }
 
     fn call_info(&self, pre: &RulePre<Sandbox>, digest: Digest) -> Result<PluginInfo, LoadErrorKind> {
+        const INFO_DEADLINE: std::time::Duration = std::time::Duration::from_secs(1);
         let loading = Arc::new(PluginStamp {
             name: "(loading)".into(),
             version: String::new(),
             digest,
         });
-        let mut store = self.new_store(loading, self.limits.memory_bytes, self.limits.async_deadline);
+        // Called once per load, not per item: a language runtime's first
+        // call (CPython, a JS engine) initialises it, and a busy host must
+        // not refuse a healthy rule for that. Still bounded: an `info` that
+        // loops is refused.
+        let deadline = self.limits.async_deadline.max(INFO_DEADLINE);
+        let mut store = self.new_store(loading, self.limits.memory_bytes, deadline);
         let raw = pre
             .instantiate(&mut store)
             .and_then(|rule| rule.call_info(&mut store))

@@ -147,8 +147,12 @@ pub trait Authors: Send + Sync {
 
 /// Reason text of an automated transition.
 pub(super) fn strikes_reason(policy: &StandingPolicy, score: f64, to: &str) -> String {
-    let days = policy.window_ms as f64 / 86_400_000.0;
-    format!("{score} strikes in the last {days} days: {to}")
+    let window = match policy.window_ms {
+        ms if ms % 86_400_000 == 0 => format!("{} days", ms / 86_400_000),
+        ms if ms % 3_600_000 == 0 => format!("{} hours", ms / 3_600_000),
+        ms => format!("{} s", ms as f64 / 1000.0),
+    };
+    format!("{score} strikes in the last {window}: {to}")
 }
 
 /// Instantiates [`Authors`] for one backend.

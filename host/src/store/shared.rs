@@ -132,25 +132,15 @@ macro_rules! impl_shared {
                 let now = rows.iter().map(|(_, _, d)| d.decided_at).max().unwrap_or(0);
                 let docs = rows.iter().filter_map(|(_, _, d)| d.inputs.as_ref());
                 insert_input_docs(tx, docs, now).await?;
+                use $crate::domain::standing::may_count;
                 let mut striking: Vec<&str> = rows
                     .iter()
-                    .filter(|(_, _, d)| may_strike(d))
+                    .filter(|(_, _, d)| may_count(d.mode, d.applied, d.outcome, d.verdict))
                     .map(|(item, ..)| *item)
                     .collect();
                 striking.sort_unstable();
                 striking.dedup();
                 mark_authors(tx, &striking, now).await
-            }
-
-            /// Whether a decision may count as a strike against its item's
-            /// author ([`crate::domain::standing`]): the store marks the
-            /// author for recomputation in the decision's own transaction.
-            fn may_strike(d: &NewDecision) -> bool {
-                use $crate::domain::{Mode, Outcome, Verdict};
-                d.mode == Mode::Enforce
-                    && d.applied
-                    && d.outcome == Outcome::Ok
-                    && matches!(d.verdict, Some(Verdict::Flag | Verdict::Hold | Verdict::Reject))
             }
 
             /// Marks the authors of these items due for recomputation at
