@@ -423,7 +423,7 @@ async fn end_to_end(processes: &[&Gavel], n: usize, per_request: usize, spam_eve
         let (http, url, next, tag) = (http.clone(), url.to_string(), next.clone(), tag.clone());
         lanes.spawn(async move {
             let item = |i: usize| {
-                if spam_every > 0 && i % spam_every == 0 {
+                if spam_every > 0 && i.is_multiple_of(spam_every) {
                     let links =
                         format!("https://bit.ly/a{i} https://tinyurl.com/b{i} https://t.co/c{i} https://x.example/{i}");
                     json!({"kind": "post", "author": format!("s{tag}-{}", i / spam_every % 10),

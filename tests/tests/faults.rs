@@ -183,6 +183,15 @@ retry_max_ms = 500
 /// or a 409 for a key still held by an attempt that timed out); returns
 /// its status.
 async fn send_until_answered(urls: &[String], req: impl Fn(&str) -> reqwest::RequestBuilder, tally: &Tally) -> u16 {
+    send_until_answered_with_body(urls, req, tally).await.0
+}
+
+/// [`send_until_answered`], with the answer's JSON body (`Null` if none).
+async fn send_until_answered_with_body(
+    urls: &[String],
+    req: impl Fn(&str) -> reqwest::RequestBuilder,
+    tally: &Tally,
+) -> (u16, serde_json::Value) {
     for attempt in 0.. {
         tally.operations.fetch_add(1, Ordering::Relaxed);
         match req(&urls[attempt % urls.len()])
@@ -196,12 +205,9 @@ async fn send_until_answered(urls: &[String], req: impl Fn(&str) -> reqwest::Req
             Ok(r) if r.status() == 409 => {}
             Ok(r) => {
                 let status = r.status().as_u16();
-                assert!(
-                    status < 500,
-                    "unexpected {status}: {}",
-                    r.text().await.unwrap_or_default()
-                );
-                return status;
+                let text = r.text().await.unwrap_or_default();
+                assert!(status < 500, "unexpected {status}: {text}");
+                return (status, serde_json::from_str(&text).unwrap_or_default());
             }
             Err(_) => {}
         }
@@ -315,8 +321,7 @@ fn run_workload(
                 let key = format!("spam-{n}");
                 let body = json!({"kind": "post", "author": author,
                     "text": format!("deal {n} https://bit.ly/a{n} https://tinyurl.com/b{n} https://t.co/c{n} https://x.example/{n} https://y.example/{n}")});
-                let mut id = None;
-                let status = send_until_answered(
+                let (status, answer) = send_until_answered_with_body(
                     &urls,
                     |url| {
                         http.post(format!("{url}/v1/items"))
@@ -328,23 +333,7 @@ fn run_workload(
                 )
                 .await;
                 assert_eq!(status, 202);
-                // The id, from the stored response of the key.
-                for url in urls.iter().cycle().take(20) {
-                    if let Ok(r) = http
-                        .post(format!("{url}/v1/items"))
-                        .bearer_auth(&client)
-                        .header("Idempotency-Key", &key)
-                        .json(&body)
-                        .send()
-                        .await
-                        && r.status() == 202
-                        && let Ok(v) = r.json::<serde_json::Value>().await
-                    {
-                        id = v["id"].as_str().map(str::to_string);
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
+                let id = answer["id"].as_str().map(str::to_string);
                 tally.spam.fetch_add(1, Ordering::Relaxed);
                 if let Some(id) = id
                     && rng.below(6) == 0

@@ -163,13 +163,17 @@ macro_rules! impl_authors {
             use std::sync::LazyLock;
             use $crate::clock::Millis;
             use $crate::domain::Verdict;
-            use $crate::domain::standing::{AuthorActor, AuthorCause, CountedDecision, StandingPolicy, automated_target};
+            use $crate::domain::standing::{
+                AuthorActor, AuthorCause, CountedDecision, StandingPolicy, Strikes, automated_target,
+            };
             use $crate::store::dialect::{Dialect, retry_conflicts};
             use $crate::store::*;
 
             const AUTHOR_COLUMNS: &str =
                 "client, author, status, version, decided_by, strikes, first_seen, last_seen, recheck_at, updated_at";
 
+            static AUTHOR_ROW: LazyLock<String> =
+                LazyLock::new(|| format!("SELECT {AUTHOR_COLUMNS} FROM authors WHERE client = $1 AND author = $2"));
             static LOCK_AUTHOR: LazyLock<String> = LazyLock::new(|| {
                 format!(
                     "SELECT {AUTHOR_COLUMNS} FROM authors WHERE client = $1 AND author = $2{}",
@@ -190,6 +194,31 @@ macro_rules! impl_authors {
                     recheck_at: row.try_get("recheck_at")?,
                     updated_at: row.try_get("updated_at")?,
                 })
+            }
+
+            /// An author's row, read with `sql` (`AUTHOR_ROW`, or `LOCK_AUTHOR`
+            /// to lock it).
+            async fn read_author<'e, E>(exec: E, sql: &str, client: &str, author: &str) -> StoreResult<Option<AuthorRecord>>
+            where
+                E: sqlx::Executor<'e, Database = $db>,
+            {
+                let row = sqlx::query(sql).bind(client).bind(author).fetch_optional(exec).await?;
+                row.as_ref().map(author_from_row).transpose()
+            }
+
+            /// The author's strikes at `now`, derived from the decision log.
+            async fn strikes_now<'e, E>(
+                exec: E,
+                client: &str,
+                author: &str,
+                policy: &StandingPolicy,
+                now: Millis,
+            ) -> StoreResult<Strikes>
+            where
+                E: sqlx::Executor<'e, Database = $db>,
+            {
+                let decisions = counted_decisions(exec, client, author, now - policy.window_ms).await?;
+                Ok(policy.strikes(&decisions, now))
             }
 
             /// The author's enforced, applied, not reversed decisions of a
@@ -327,23 +356,15 @@ macro_rules! impl_authors {
                     now: Millis,
                 ) -> StoreResult<Option<AuthorDetails>> {
                     let mut tx = self.begin_snapshot().await?;
-                    let Some(row) = sqlx::query(&format!(
-                        "SELECT {AUTHOR_COLUMNS} FROM authors WHERE client = $1 AND author = $2"
-                    ))
-                    .bind(client)
-                    .bind(author)
-                    .fetch_optional(&mut *tx)
-                    .await?
-                    else {
+                    let Some(record) = read_author(&mut *tx, AUTHOR_ROW.as_str(), client, author).await? else {
                         return Ok(None);
                     };
-                    let record = author_from_row(&row)?;
-                    let decisions = counted_decisions(&mut *tx, client, author, now - policy.window_ms).await?;
+                    let strikes = strikes_now(&mut *tx, client, author, policy, now).await?;
                     let transitions = transitions_of(&mut *tx, client, author).await?;
                     tx.commit().await?;
                     Ok(Some(AuthorDetails {
                         record,
-                        strikes: policy.strikes(&decisions, now),
+                        strikes,
                         transitions,
                     }))
                 }
@@ -358,18 +379,11 @@ macro_rules! impl_authors {
                 ) -> StoreResult<Option<Recomputed>> {
                     retry_conflicts!(async {
                         let mut tx = self.begin_write().await?;
-                        let Some(row) = sqlx::query(LOCK_AUTHOR.as_str())
-                            .bind(client)
-                            .bind(author)
-                            .fetch_optional(&mut *tx)
-                            .await?
-                        else {
+                        let Some(current) = read_author(&mut *tx, LOCK_AUTHOR.as_str(), client, author).await? else {
                             tx.rollback().await?;
                             return Ok(None);
                         };
-                        let current = author_from_row(&row)?;
-                        let decisions = counted_decisions(&mut *tx, client, author, now - policy.window_ms).await?;
-                        let strikes = policy.strikes(&decisions, now);
+                        let strikes = strikes_now(&mut *tx, client, author, policy, now).await?;
                         let manual = current.decided_by == Some(AuthorActor::Moderator);
                         let target = policy
                             .enabled
@@ -429,16 +443,11 @@ macro_rules! impl_authors {
                 ) -> StoreResult<AuthorModerationOutcome> {
                     retry_conflicts!(async {
                         let mut tx = self.begin_write().await?;
-                        let Some(row) = sqlx::query(LOCK_AUTHOR.as_str())
-                            .bind(m.client)
-                            .bind(m.author)
-                            .fetch_optional(&mut *tx)
-                            .await?
+                        let Some(current) = read_author(&mut *tx, LOCK_AUTHOR.as_str(), m.client, m.author).await?
                         else {
                             tx.rollback().await?;
                             return Ok(AuthorModerationOutcome::NotFound);
                         };
-                        let current = author_from_row(&row)?;
                         if let Some(expected) = m.if_match
                             && expected != current.version
                         {
@@ -447,8 +456,7 @@ macro_rules! impl_authors {
                                 current: current.version,
                             });
                         }
-                        let decisions = counted_decisions(&mut *tx, m.client, m.author, m.now - policy.window_ms).await?;
-                        let strikes = policy.strikes(&decisions, m.now);
+                        let strikes = strikes_now(&mut *tx, m.client, m.author, policy, m.now).await?;
                         let manual = current.decided_by == Some(AuthorActor::Moderator);
                         let (to, decided_by) = match m.status {
                             Some(s) => (s.to_string(), AuthorActor::Moderator),

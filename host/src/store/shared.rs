@@ -153,17 +153,19 @@ macro_rules! impl_shared {
             /// queue instead of deadlocking.
             pub(crate) async fn mark_authors(tx: &mut Tx<'_>, item_ids: &[&str], now: Millis) -> StoreResult<()> {
                 let mut authors = std::collections::BTreeSet::new();
-                for chunk in item_ids.chunks(256) {
-                    let sql = STATEMENTS.get("authors_of_items", chunk.len().next_power_of_two(), |n| {
+                let mut rest = item_ids;
+                for size in chunk_sizes(item_ids.len()) {
+                    let (chunk, tail) = rest.split_at(size);
+                    rest = tail;
+                    let sql = STATEMENTS.get("authors_of_items", size, |n| {
                         format!(
                             "SELECT DISTINCT client, author FROM items WHERE id IN ({})",
                             $crate::store::dialect::placeholders(1, n)
                         )
                     });
-                    // Padded to a power of two with the last id: few statement texts.
                     let mut q = sqlx::query_as::<_, (String, String)>(sql);
-                    for k in 0..chunk.len().next_power_of_two() {
-                        q = q.bind(chunk[k.min(chunk.len() - 1)]);
+                    for id in chunk {
+                        q = q.bind(*id);
                     }
                     authors.extend(q.fetch_all(&mut **tx).await?);
                 }
