@@ -44,6 +44,22 @@ async fn bounded<T>(
     })
 }
 
+/// Keys the reconciler lists per store query.
+const RECONCILE_PAGE: i64 = 1_000;
+/// Keys a periodic reconcile pass checks, about: a backlog longer than that
+/// is covered over several passes.
+const RECONCILE_BUDGET: usize = 20_000;
+/// Coordinator calls the reconciler has in flight at once.
+const REQUEUE_IN_FLIGHT: usize = 32;
+
+/// Where the reconciler's pass stands in the store's (time, key) orders;
+/// `None` is the beginning.
+#[derive(Default)]
+struct ReconcileCursor {
+    items: Option<(i64, String)>,
+    authors: Option<(i64, String, String)>,
+}
+
 /// The coordinator's key of an author (an entity of its own in the queue,
 /// beside items, whose keys are UUIDs): `author:LEN:CLIENT:AUTHOR`, the
 /// client's length making any client and author names unambiguous.
@@ -211,7 +227,10 @@ impl Worker {
     /// whatever waited past its window plus the grace, every interval.
     pub async fn reconcile_loop(self: Arc<Self>, cancel: CancellationToken) {
         let e = &self.parts.evaluation;
-        self.reconcile(now_ms()).await;
+        // At start everything pending is queued at once (an embedded queue
+        // starts empty); later passes go on in budgets.
+        let mut cursor = ReconcileCursor::default();
+        self.reconcile(now_ms(), &mut cursor, usize::MAX).await;
         let every = Duration::from_millis(e.reconcile_interval_ms.max(10));
         loop {
             tokio::select! {
@@ -219,7 +238,7 @@ impl Worker {
                 _ = tokio::time::sleep(every) => {}
             }
             let horizon = e.longest_wait_ms() + e.reconcile_grace_ms;
-            self.reconcile(now_ms() - horizon).await;
+            self.reconcile(now_ms() - horizon, &mut cursor, RECONCILE_BUDGET).await;
         }
     }
 
@@ -417,36 +436,73 @@ impl Worker {
         }
     }
 
-    /// Queues every item the store says is waiting since before `before`
-    /// and that no worker holds.
-    async fn reconcile(&self, before: i64) {
-        let mut pending = match self.parts.store.pending_evaluations(before, 1000).await {
-            Ok(ids) => ids,
-            Err(e) => {
-                tracing::warn!(error = %e, "reconcile: cannot list pending items");
-                return;
-            }
-        };
-        if self.parts.standing.enabled {
-            match self.parts.store.authors_due(before, 1000).await {
-                Ok(authors) => pending.extend(authors.iter().map(|(c, a)| author_key(c, a))),
-                Err(e) => tracing::warn!(error = %e, "reconcile: cannot list authors due"),
-            }
-        }
-        let now = now_ms();
-        for id in pending {
-            match bounded("is_leased", self.parts.coordinator.is_leased(&id, now)).await {
-                Ok(false) => {
-                    self.reschedule(&id, Schedule::At(now)).await;
-                    self.parts.metrics.reconciled.inc();
-                }
-                Ok(true) => {}
+    /// Queues every item (and author) the store says is waiting since
+    /// before `before` and that no worker holds, walking the store's
+    /// backlog in keyset pages from where `cursor` stands. A pass stops after
+    /// about `budget` keys and the next one goes on from there, so one pass
+    /// never costs a coordinator round trip per item of a long backlog; a
+    /// pass that reaches the end starts the next one from the beginning.
+    async fn reconcile(&self, before: i64, cursor: &mut ReconcileCursor, budget: usize) {
+        let store = &self.parts.store;
+        let mut checked = 0;
+        while checked < budget {
+            let after = cursor.items.as_ref().map(|(at, id)| (*at, id.as_str()));
+            let page = match store.pending_evaluations(before, after, RECONCILE_PAGE).await {
+                Ok(page) => page,
                 Err(e) => {
-                    tracing::warn!(error = %e, "reconcile: coordinator unavailable");
+                    tracing::warn!(error = %e, "reconcile: cannot list pending items");
                     return;
                 }
+            };
+            let full = page.len() as i64 == RECONCILE_PAGE;
+            cursor.items = if full { page.last().cloned() } else { None };
+            checked += page.len();
+            if !self.requeue(page.into_iter().map(|(_, id)| id)).await || !full {
+                break;
             }
         }
+        if !self.parts.standing.enabled {
+            return;
+        }
+        let mut checked = 0;
+        while checked < budget {
+            let after = cursor.authors.as_ref().map(|(at, c, a)| (*at, c.as_str(), a.as_str()));
+            let page = match store.authors_due(before, after, RECONCILE_PAGE).await {
+                Ok(page) => page,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reconcile: cannot list authors due");
+                    return;
+                }
+            };
+            let full = page.len() as i64 == RECONCILE_PAGE;
+            cursor.authors = if full { page.last().cloned() } else { None };
+            checked += page.len();
+            if !self.requeue(page.iter().map(|(_, c, a)| author_key(c, a))).await || !full {
+                break;
+            }
+        }
+    }
+
+    /// Queues, due now, each of `keys` that no worker holds (a few
+    /// coordinator calls in flight at once); `false` when the coordinator
+    /// is unavailable.
+    async fn requeue(&self, keys: impl Iterator<Item = String>) -> bool {
+        use futures::TryStreamExt as _;
+        let now = now_ms();
+        let coordinator = &self.parts.coordinator;
+        let done = futures::stream::iter(keys.map(Ok))
+            .try_for_each_concurrent(REQUEUE_IN_FLIGHT, |key: String| async move {
+                if !bounded("is_leased", coordinator.is_leased(&key, now)).await? {
+                    self.reschedule(&key, Schedule::At(now)).await;
+                    self.parts.metrics.reconciled.inc();
+                }
+                Ok::<_, CoordinatorError>(())
+            })
+            .await;
+        if let Err(e) = &done {
+            tracing::warn!(error = %e, "reconcile: coordinator unavailable");
+        }
+        done.is_ok()
     }
 
     /// Evaluates the claimed `ids`; one outcome per id, in order.

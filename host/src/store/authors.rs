@@ -141,8 +141,15 @@ pub trait Authors: Send + Sync {
         policy: &StandingPolicy,
     ) -> StoreResult<AuthorModerationOutcome>;
 
-    /// Authors due for recomputation since before `before`, oldest first.
-    async fn authors_due(&self, before: Millis, limit: i64) -> StoreResult<Vec<(String, String)>>;
+    /// Authors due for recomputation since before `before`, as
+    /// `(recheck_at, client, author)` in that order, after `after` in it:
+    /// one keyset page of a pass over all of them.
+    async fn authors_due(
+        &self,
+        before: Millis,
+        after: Option<(Millis, &str, &str)>,
+        limit: i64,
+    ) -> StoreResult<Vec<(Millis, String, String)>>;
 }
 
 /// Reason text of an automated transition.
@@ -491,11 +498,22 @@ macro_rules! impl_authors {
                     })
                 }
 
-                async fn authors_due(&self, before: Millis, limit: i64) -> StoreResult<Vec<(String, String)>> {
+                async fn authors_due(
+                    &self,
+                    before: Millis,
+                    after: Option<(Millis, &str, &str)>,
+                    limit: i64,
+                ) -> StoreResult<Vec<(Millis, String, String)>> {
+                    let (at, client, author) = after.unwrap_or((Millis::MIN, "", ""));
                     Ok(sqlx::query_as(
-                        "SELECT client, author FROM authors WHERE recheck_at <= $1 ORDER BY recheck_at LIMIT $2",
+                        "SELECT recheck_at, client, author FROM authors WHERE recheck_at IS NOT NULL \
+                         AND recheck_at <= $1 AND (recheck_at, client, author) > ($2, $3, $4) \
+                         ORDER BY recheck_at, client, author LIMIT $5",
                     )
                     .bind(before)
+                    .bind(at)
+                    .bind(client)
+                    .bind(author)
                     .bind(limit)
                     .fetch_all(self.read_pool())
                     .await?)

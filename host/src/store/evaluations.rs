@@ -145,8 +145,15 @@ pub trait Evaluations: Send + Sync {
     /// the whole batch back.
     async fn commit_evaluations(&self, batch: &[EvaluationCommit]) -> StoreResult<Vec<CommitOutcome>>;
 
-    /// Items waiting for evaluation since before `before`, oldest first.
-    async fn pending_evaluations(&self, before: Millis, limit: i64) -> StoreResult<Vec<String>>;
+    /// Items waiting for evaluation since before `before` (dead-lettered
+    /// ones left out), as `(needs_eval_since, id)` in that order, after
+    /// `after` in it: one keyset page of a pass over the whole backlog.
+    async fn pending_evaluations(
+        &self,
+        before: Millis,
+        after: Option<(Millis, &str)>,
+        limit: i64,
+    ) -> StoreResult<Vec<(Millis, String)>>;
 
     /// Records that evaluating `item_id` failed in the host `attempts` times;
     /// `false` if it already has an open dead letter. The item leaves the
@@ -537,13 +544,22 @@ macro_rules! impl_evaluations {
                     })
                 }
 
-                async fn pending_evaluations(&self, before: Millis, limit: i64) -> StoreResult<Vec<String>> {
-                    Ok(sqlx::query_scalar(
-                        "SELECT id FROM items WHERE needs_eval_since IS NOT NULL AND needs_eval_since <= $1 \
+                async fn pending_evaluations(
+                    &self,
+                    before: Millis,
+                    after: Option<(Millis, &str)>,
+                    limit: i64,
+                ) -> StoreResult<Vec<(Millis, String)>> {
+                    let (since, id) = after.unwrap_or((Millis::MIN, ""));
+                    Ok(sqlx::query_as(
+                        "SELECT needs_eval_since, id FROM items WHERE needs_eval_since IS NOT NULL \
+                         AND needs_eval_since <= $1 AND (needs_eval_since, id) > ($2, $3) \
                          AND NOT EXISTS (SELECT 1 FROM dead_letters d WHERE d.item_id = items.id \
-                         AND d.replayed_at IS NULL) ORDER BY needs_eval_since LIMIT $2",
+                         AND d.replayed_at IS NULL) ORDER BY needs_eval_since, id LIMIT $4",
                     )
                     .bind(before)
+                    .bind(since)
+                    .bind(id)
                     .bind(limit)
                     .fetch_all(self.read_pool())
                     .await?)

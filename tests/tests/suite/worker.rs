@@ -533,7 +533,62 @@ async fn a_lagging_queue_holds_new_submissions(setup: Setup) {
     s.stop().await.unwrap();
 }
 
+/// A backlog longer than one page of the reconciler's listing is queued
+/// whole when a worker starts: an `api` process stores 2,100 items that
+/// nothing evaluates, and an `all` process on the same store, whose periodic
+/// pass is an hour away, settles every one from its start-up pass.
+async fn a_backlog_longer_than_a_page_is_queued_at_start(setup: Setup) {
+    const ITEMS: usize = 2_100;
+    let s = TestServer::start_with(setup, |c| {
+        c.role = gavel::config::ServeRole::Api;
+        c.evaluation.reconcile_interval_ms = 3_600_000;
+    })
+    .await;
+    let tag = uuid_ish();
+    for chunk in (0..ITEMS).collect::<Vec<_>>().chunks(1_000) {
+        let items: Vec<Value> = chunk
+            .iter()
+            .map(|i| json!({"kind": "post", "author": format!("backlog-{}", i % 50), "text": format!("backlog {tag} {i}")}))
+            .collect();
+        let r: Value = s
+            .post("/v1/items/batch", &s.client)
+            .json(&json!({ "items": items }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let accepted = r["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["status"] == 202)
+            .count();
+        assert_eq!(accepted, chunk.len(), "{r}");
+    }
+    let (mut config, dir) = s.stop_keeping_dir().await;
+    config.role = gavel::config::ServeRole::All;
+    let s = TestServer::serve(dir, setup, config, |_| {}).await;
+    let store = s.open_store().await;
+    assert!(
+        store.pending_evaluations(i64::MAX, None, 1).await.unwrap().len() == 1,
+        "the backlog is there"
+    );
+    gavel_tests::server::eventually("the whole backlog settled", Duration::from_secs(120), async || {
+        store.pending_evaluations(i64::MAX, None, 1).await.unwrap().is_empty()
+    })
+    .await;
+    assert_eq!(
+        s.metrics.evaluations_committed.get() as usize,
+        ITEMS,
+        "each item judged once"
+    );
+    s.stop().await.unwrap();
+}
+
 gavel_tests::both!(
+    a_backlog_longer_than_a_page_is_queued_at_start,
     sloan_burst_is_judged_a_few_times_on_complete_counts,
     concurrent_events_on_many_items_form_one_chain_each,
     a_lost_lease_never_applies_twice,
