@@ -1,8 +1,9 @@
-//! `gavel-bench`: runs B3–B9 and B11–B13 (docs/BENCHMARKS.md), reads B1/B2 from
+//! `gavel-bench`: runs B3–B13 (docs/BENCHMARKS.md), reads B1/B2 from
 //! criterion's results, prints one table and writes `bench-results.json`. Run
 //! it with `cargo xtask bench` (which builds everything in release mode and
 //! runs the criterion benchmarks first).
 
+mod backlog;
 mod baseline;
 mod console;
 mod history;
@@ -85,6 +86,10 @@ fn main() -> anyhow::Result<()> {
             if wants("B9") {
                 eprintln!("B9: events accepted, single and batched…");
                 figures.extend(system::b9(&gavel, sizes).await?);
+            }
+            if wants("B10") {
+                eprintln!("B10: draining a backlog, embedded and PostgreSQL + Redis…");
+                figures.extend(backlog::b10(&gavel, sizes).await?);
             }
             if wants("B5") {
                 eprintln!("B5: a 1,000-event burst…");

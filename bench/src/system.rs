@@ -360,7 +360,7 @@ pub(crate) async fn committed(http: &reqwest::Client, url: &str) -> anyhow::Resu
 }
 
 /// The configuration lines of a process on `database` and `redis`.
-fn distributed_config(database: &str, redis: &gavel_tests::servers::Redis) -> String {
+pub(crate) fn distributed_config(database: &str, redis: &gavel_tests::servers::Redis) -> String {
     format!(
         "database_url = \"{database}\"\nredis_url = \"{}\"\ndatabase_max_connections = 16\n",
         redis.url()

@@ -6,7 +6,7 @@
 //!   browser test included: it installs `tests/console`'s npm packages with
 //!   `npm ci` when they are missing or older than the lock file).
 //! - `bench [--quick]`: build in release mode and run every benchmark of
-//!   docs/BENCHMARKS.md (B1–B9, B11–B13); prints the table and writes `bench-results.json`
+//!   docs/BENCHMARKS.md (B1–B13); prints the table and writes `bench-results.json`
 //!   (`--quick`: small counts, `bench-results-quick.json`; `test` runs it to
 //!   prove the benchmarks still run, asserting no times).
 //! - `build-plugins [DIR]`: build the example plugins and copy them, named
