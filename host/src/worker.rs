@@ -455,9 +455,14 @@ impl Worker {
                 }
             };
             let full = page.len() as i64 == RECONCILE_PAGE;
-            cursor.items = if full { page.last().cloned() } else { None };
+            let next = page.last().cloned().filter(|_| full);
             checked += page.len();
-            if !self.requeue(page.into_iter().map(|(_, id)| id)).await || !full {
+            // The cursor moves past a page only once it is queued.
+            if !self.requeue(page.into_iter().map(|(_, id)| id)).await {
+                return;
+            }
+            cursor.items = next;
+            if !full {
                 break;
             }
         }
@@ -475,9 +480,12 @@ impl Worker {
                 }
             };
             let full = page.len() as i64 == RECONCILE_PAGE;
-            cursor.authors = if full { page.last().cloned() } else { None };
             checked += page.len();
-            if !self.requeue(page.iter().map(|(_, c, a)| author_key(c, a))).await || !full {
+            if !self.requeue(page.iter().map(|(_, c, a)| author_key(c, a))).await {
+                return;
+            }
+            cursor.authors = page.last().cloned().filter(|_| full);
+            if !full {
                 break;
             }
         }
