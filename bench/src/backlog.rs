@@ -68,11 +68,12 @@ pub async fn b10(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> 
     let redis = gavel_tests::servers::Redis::start();
     let config = format!("{}{tuning}", distributed_config(&database, &redis));
     let distributed = drain(gavel_bin, &dir.path().join("pg"), &config, n).await?;
+    let items = format!("{},{:03}", n / 1000, n % 1000);
     let figure = |setup: &str, d: &Drain, restart: &str| {
         let ratio = d.first / d.last;
         Figure::new(
             "B10",
-            format!("backlog of {n} items, last tenth's settle rate, {setup}"),
+            format!("backlog of {items} items, last tenth's settle rate, {setup}"),
             d.last,
             "items/s",
         )
