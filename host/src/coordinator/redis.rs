@@ -206,6 +206,15 @@ impl RedisCoordinator {
     }
 }
 
+/// How a claim of `wanted` items is spread over up to `waiting` partitions:
+/// one share per partition asked, each at least 1, together exactly
+/// `wanted` (so a claim never takes more than its limit, which is the
+/// worker's free evaluation slots).
+fn wave_shares(wanted: usize, waiting: usize) -> Vec<usize> {
+    let n = wanted.min(waiting);
+    (0..n).map(|i| wanted / n + usize::from(i < wanted % n)).collect()
+}
+
 #[async_trait::async_trait]
 impl Coordinator for RedisCoordinator {
     fn backend(&self) -> &'static str {
@@ -266,13 +275,10 @@ impl Coordinator for RedisCoordinator {
         let mut leases = Vec::with_capacity(limit);
         let mut failure = None;
         while leases.len() < limit && !waiting.is_empty() {
-            let wanted = limit - leases.len();
-            let wave: Vec<(usize, usize)> = (0..wanted.min(waiting.len()))
-                .map(|i| {
-                    let n = wanted.min(waiting.len());
-                    let share = wanted / n + usize::from(i < wanted % n);
-                    (waiting.pop_front().expect("counted"), share)
-                })
+            let shares = wave_shares(limit - leases.len(), waiting.len());
+            let wave: Vec<(usize, usize)> = shares
+                .into_iter()
+                .map(|share| (waiting.pop_front().expect("one share per waiting partition"), share))
                 .collect();
             let claims = wave
                 .iter()
@@ -346,7 +352,21 @@ impl Coordinator for RedisCoordinator {
 
 #[cfg(test)]
 mod tests {
-    use super::partition_of;
+    use super::{partition_of, wave_shares};
+
+    #[test]
+    fn a_wave_asks_for_exactly_what_is_wanted() {
+        for wanted in 0..80 {
+            for waiting in 0..80 {
+                let shares = wave_shares(wanted, waiting);
+                assert_eq!(shares.len(), wanted.min(waiting));
+                assert!(shares.iter().all(|s| *s >= 1));
+                if waiting > 0 {
+                    assert_eq!(shares.iter().sum::<usize>(), wanted, "{wanted} over {waiting}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn partitions_are_fixed_and_spread() {
