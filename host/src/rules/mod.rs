@@ -412,6 +412,12 @@ impl Drop for RuleEngine {
 
 /// The one thread that advances the engine's epoch every tick; deadlines
 /// are counted in ticks.
+///
+/// The epoch follows the clock, not the number of wake-ups: on a busy
+/// machine the ticker can wake several ticks late (two cores, both busy
+/// running guests), and counting one tick per wake-up would then let a
+/// runaway guest run several times its deadline before its first check.
+/// Each wake-up adds every tick that has passed since the last one.
 struct EpochTicker {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -424,9 +430,15 @@ impl EpochTicker {
         let thread = std::thread::Builder::new()
             .name("gavel-epoch".into())
             .spawn(move || {
+                let (started, tick_ns) = (Instant::now(), tick.as_nanos().max(1));
+                let mut ticked: u128 = 0;
                 while !flag.load(Ordering::Relaxed) {
                     std::thread::sleep(tick);
-                    engine.increment_epoch();
+                    let due = started.elapsed().as_nanos() / tick_ns;
+                    while ticked < due {
+                        engine.increment_epoch();
+                        ticked += 1;
+                    }
                 }
             })
             .expect("spawning the epoch ticker thread");
