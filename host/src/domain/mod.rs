@@ -145,13 +145,15 @@ pub(crate) mod check_constraints {
 
     /// The CHECK list in force for `table.column`: the last one found in a
     /// `CREATE TABLE table` (or a rebuilt `table_vN`) or in an
-    /// `ADD CONSTRAINT table_column_check`.
+    /// `ADD CONSTRAINT table_column_check`, written either as
+    /// `CHECK (column IN ('a', 'b'))` or as `CHECK (column = 'a' OR column = 'b')`
+    /// (SQLite's form, which it checks without building a temporary table).
     fn check_list(sql: &str, table: &str, column: &str) -> Option<Vec<String>> {
-        let check = format!("CHECK ({column} IN (");
-        let mut found: Option<(usize, usize)> = None;
+        let forms = [format!("CHECK ({column} IN ("), format!("CHECK ({column} = '")];
+        let mut found: Option<usize> = None;
         let mut consider = |at: usize| {
-            if found.is_none_or(|(f, _)| at > f) {
-                found = Some((at, at + check.len()));
+            if found.is_none_or(|f| at > f) {
+                found = Some(at);
             }
         };
         for (start, _) in sql.match_indices("CREATE TABLE ") {
@@ -161,29 +163,53 @@ pub(crate) mod check_constraints {
                 continue;
             }
             let end = rest.find("\n);").unwrap_or(rest.len());
-            if let Some(at) = rest[..end].find(&check) {
-                consider(start + 13 + at);
+            for check in &forms {
+                if let Some(at) = rest[..end].find(check.as_str()) {
+                    consider(start + 13 + at);
+                }
             }
         }
         let added = format!("ALTER TABLE {table} ADD COLUMN {column} ");
         for (start, _) in sql.match_indices(&added) {
             let line = &sql[start..sql[start..].find('\n').map_or(sql.len(), |e| start + e)];
-            if let Some(at) = line.find(&check) {
-                consider(start + at);
+            for check in &forms {
+                if let Some(at) = line.find(check.as_str()) {
+                    consider(start + at);
+                }
             }
         }
-        let constraint = format!("ADD CONSTRAINT {table}_{column}_check {check}");
-        for (at, _) in sql.match_indices(&constraint) {
-            consider(at + constraint.len() - check.len());
+        for check in &forms {
+            let constraint = format!("ADD CONSTRAINT {table}_{column}_check {check}");
+            for (at, _) in sql.match_indices(&constraint) {
+                consider(at + constraint.len() - check.len());
+            }
         }
-        let (_, list_at) = found?;
-        let rest = &sql[list_at..];
-        let list = &rest[..rest.find(')')?];
-        Some(
-            list.split(',')
-                .map(|s| s.trim().trim_matches('\'').to_string())
-                .collect(),
-        )
+        let at = found?;
+        // The constraint's text: from `CHECK (` to its closing parenthesis.
+        let body = &sql[at + "CHECK (".len()..];
+        let mut depth = 1;
+        let end = body.char_indices().find_map(|(i, c)| {
+            match c {
+                '(' => depth += 1,
+                ')' => depth -= 1,
+                _ => {}
+            }
+            (depth == 0).then_some(i)
+        })?;
+        let body = &body[..end];
+        if let Some(list) = body.strip_prefix(&format!("{column} IN (")) {
+            let list = list.strip_suffix(')').unwrap_or(list);
+            return Some(list.split(',').map(|s| s.trim().trim_matches('\'').to_string()).collect());
+        }
+        body.split(" OR ")
+            .map(|term| {
+                let value = term.split_whitespace().collect::<Vec<_>>().join(" ");
+                value
+                    .strip_prefix(&format!("{column} = '"))
+                    .and_then(|v| v.strip_suffix('\''))
+                    .map(str::to_string)
+            })
+            .collect()
     }
 
     /// The CHECK on `table.column` in both dialects lists exactly `expected`.

@@ -3,7 +3,44 @@
 //! to build multi-row statements and to retry conflicting transactions.
 
 use super::StoreResult;
+use super::sqlite::Turn;
 use sqlx::{Database, Pool, Transaction};
+
+/// A transaction of the sqlx code, which derefs to its connection (the
+/// executor of every statement). On SQLite a write transaction also holds
+/// the writer thread's [`Turn`]: the writer waits until it ends.
+pub(crate) struct Tx<'c, DB: Database> {
+    tx: Transaction<'c, DB>,
+    _turn: Option<Turn>,
+}
+
+impl<'c, DB: Database> Tx<'c, DB> {
+    pub(super) fn new(tx: Transaction<'c, DB>, turn: Option<Turn>) -> Self {
+        Tx { tx, _turn: turn }
+    }
+
+    pub(crate) async fn commit(self) -> StoreResult<()> {
+        Ok(self.tx.commit().await?)
+    }
+
+    pub(crate) async fn rollback(self) -> StoreResult<()> {
+        Ok(self.tx.rollback().await?)
+    }
+}
+
+impl<DB: Database> std::ops::Deref for Tx<'_, DB> {
+    type Target = DB::Connection;
+
+    fn deref(&self) -> &DB::Connection {
+        &self.tx
+    }
+}
+
+impl<DB: Database> std::ops::DerefMut for Tx<'_, DB> {
+    fn deref_mut(&mut self) -> &mut DB::Connection {
+        &mut self.tx
+    }
+}
 
 /// A backend's pools, transactions and SQL fragments.
 pub(super) trait Dialect: Send + Sync + 'static {
@@ -16,6 +53,13 @@ pub(super) trait Dialect: Send + Sync + 'static {
     const FOR_UPDATE: &'static str;
     /// The changes feed's extra condition (see the outbox migration).
     const FEED_HORIZON: &'static str;
+    /// Outbox rows after the cursor `($1 txid, $2 seq)`, and the feed's
+    /// order. PostgreSQL orders by the writing transaction's id, then
+    /// `seq`; on SQLite (one writer) `txid` is always 0 and the order is
+    /// `seq` alone, the table's own key, so no index holds it.
+    const FEED_AFTER: &'static str;
+    const FEED_ORDER: &'static str;
+    const FEED_ORDER_DESC: &'static str;
     /// The database's own clock, in milliseconds since the epoch: leases
     /// that several API nodes compare are taken from one clock.
     const NOW_MS: &'static str;
@@ -37,11 +81,11 @@ pub(super) trait Dialect: Send + Sync + 'static {
 
     /// A write transaction (SQLite: `BEGIN IMMEDIATE`, taking the one write
     /// lock at once instead of failing on upgrade).
-    async fn begin_write(&self) -> StoreResult<Transaction<'_, Self::DB>>;
+    async fn begin_write(&self) -> StoreResult<Tx<'_, Self::DB>>;
 
     /// A read-only transaction that sees one consistent view (PostgreSQL:
     /// `REPEATABLE READ READ ONLY`; SQLite: a WAL read transaction).
-    async fn begin_snapshot(&self) -> StoreResult<Transaction<'_, Self::DB>>;
+    async fn begin_snapshot(&self) -> StoreResult<Tx<'_, Self::DB>>;
 }
 
 /// Re-runs `$body` (an async block returning `StoreResult`) while it fails

@@ -133,7 +133,7 @@ pub struct DeadLetter {
     pub replayed_at: Option<Millis>,
 }
 
-/// Snapshots, fenced commits, the pending list and dead letters.
+/// Snapshots and fenced commits.
 #[async_trait::async_trait]
 pub trait Evaluations: Send + Sync {
     /// The snapshots of `ids` (unknown ids are left out), read together in
@@ -144,7 +144,12 @@ pub trait Evaluations: Send + Sync {
     /// (see the module doc). A stale commit is an outcome; any error rolls
     /// the whole batch back.
     async fn commit_evaluations(&self, batch: &[EvaluationCommit]) -> StoreResult<Vec<CommitOutcome>>;
+}
 
+/// The backlog the reconciler walks, and the dead letters of evaluations
+/// that failed in the host.
+#[async_trait::async_trait]
+pub trait DeadLetters: Send + Sync {
     /// Items waiting for evaluation since before `before` (dead-lettered
     /// ones left out), as `(needs_eval_since, id)` in that order, after
     /// `after` in it: one keyset page of a pass over the whole backlog.
@@ -544,6 +549,22 @@ macro_rules! impl_evaluations {
                     })
                 }
 
+            }
+        };
+    };
+}
+pub(super) use impl_evaluations;
+
+/// Instantiates [`DeadLetters`] for one backend.
+macro_rules! impl_dead_letters {
+    ($store:ty, $db:ty, $row:ty) => {
+        const _: () = {
+            use $crate::clock::Millis;
+            use $crate::store::dialect::{Dialect, retry_conflicts};
+            use $crate::store::*;
+
+            #[async_trait::async_trait]
+            impl DeadLetters for $store {
                 async fn pending_evaluations(
                     &self,
                     before: Millis,
@@ -634,7 +655,7 @@ macro_rules! impl_evaluations {
         };
     };
 }
-pub(super) use impl_evaluations;
+pub(super) use impl_dead_letters;
 
 #[cfg(test)]
 mod tests {

@@ -1,4 +1,5 @@
-//! Group commit. Concurrent submissions, and concurrent evaluation commits,
+//! Group commit (PostgreSQL; SQLite has its writer thread, see
+//! `store/sqlite/writer.rs`). Concurrent submissions, and concurrent evaluation commits,
 //! are gathered into batches that each take one store transaction: one
 //! `BEGIN`/`COMMIT` and one WAL commit for many items instead of one each.
 //! Every write in a batch is still its own conditional write with its audit
@@ -177,21 +178,31 @@ fn commit_evaluations<'a>(
     store.commit_evaluations(batch)
 }
 
-/// The group-committed writes of the hot paths: submissions and
-/// evaluation commits. Cheap to clone.
-#[derive(Clone)]
-pub struct Writes {
+/// Where the hot paths' writes go: a queue that commits them in shared
+/// transactions and answers each write on its own (a failing write fails
+/// alone). SQLite's writer thread is one; group commit over a backend's
+/// batch methods ([`GroupWrites`]) is the other.
+#[async_trait::async_trait]
+pub trait WriteQueue: Send + Sync {
+    async fn create_items(&self, writes: Vec<ItemWrite>) -> Vec<StoreResult<CreateOutcome>>;
+    async fn append_events(&self, writes: Vec<EventWrite>) -> Vec<StoreResult<EventOutcome>>;
+    async fn commit_evaluations(&self, commits: Vec<EvaluationCommit>) -> Vec<StoreResult<CommitOutcome>>;
+    /// (transactions, writes) of submissions so far.
+    fn item_counts(&self) -> (u64, u64);
+}
+
+/// Group commit of each kind of hot write over the store's batch methods.
+struct GroupWrites {
     items: GroupCommit<ItemWrite, CreateOutcome>,
     events: GroupCommit<EventWrite, EventOutcome>,
     evaluations: GroupCommit<EvaluationCommit, CommitOutcome>,
 }
 
-impl Writes {
-    /// Starts the batching tasks for `store`. SQLite has one writer, so one
-    /// batch at a time; PostgreSQL commits a few batches in parallel to
-    /// overlap their network round trips.
-    pub fn start(store: SharedStore, metrics: &Metrics) -> Self {
-        let writers = if store.backend() == "sqlite" { 1 } else { 4 };
+impl GroupWrites {
+    /// PostgreSQL commits a few batches in parallel to overlap their
+    /// network round trips.
+    fn start(store: SharedStore, metrics: &Metrics) -> Self {
+        let writers = 4;
         let counters = |kind| {
             let label = KindLabel { kind };
             (
@@ -202,45 +213,88 @@ impl Writes {
         let (item_batches, item_writes) = counters("submissions");
         let (event_batches, event_writes) = counters("events");
         let (eval_batches, eval_writes) = counters("evaluations");
-        Writes {
+        GroupWrites {
             items: GroupCommit::start(store.clone(), create_items, writers, item_batches, item_writes),
             events: GroupCommit::start(store.clone(), append_events, writers, event_batches, event_writes),
             evaluations: GroupCommit::start(store, commit_evaluations, writers, eval_batches, eval_writes),
         }
     }
+}
 
-    /// One submission, group-committed with concurrent ones.
-    pub async fn create_item(&self, write: ItemWrite) -> StoreResult<CreateOutcome> {
-        self.items.submit(write).await
-    }
-
-    /// Submissions of one request (the batch API), group-committed.
-    pub async fn create_items(&self, writes: Vec<ItemWrite>) -> Vec<StoreResult<CreateOutcome>> {
+#[async_trait::async_trait]
+impl WriteQueue for GroupWrites {
+    async fn create_items(&self, writes: Vec<ItemWrite>) -> Vec<StoreResult<CreateOutcome>> {
         self.items.submit_all(writes).await
     }
 
-    /// One event, group-committed with concurrent ones.
-    pub async fn append_event(&self, write: EventWrite) -> StoreResult<EventOutcome> {
-        self.events.submit(write).await
-    }
-
-    /// Events of one request (the batch API), group-committed.
-    pub async fn append_events(&self, writes: Vec<EventWrite>) -> Vec<StoreResult<EventOutcome>> {
+    async fn append_events(&self, writes: Vec<EventWrite>) -> Vec<StoreResult<EventOutcome>> {
         self.events.submit_all(writes).await
     }
 
-    /// (batches, writes) of submissions so far.
-    pub fn item_counts(&self) -> (u64, u64) {
-        self.items.counts()
-    }
-
-    /// One evaluation commit, group-committed with concurrent ones.
-    pub async fn commit_evaluation(&self, commit: EvaluationCommit) -> StoreResult<CommitOutcome> {
-        self.evaluations.submit(commit).await
-    }
-
-    /// A worker's claimed batch of evaluation commits, group-committed.
-    pub async fn commit_evaluations(&self, commits: Vec<EvaluationCommit>) -> Vec<StoreResult<CommitOutcome>> {
+    async fn commit_evaluations(&self, commits: Vec<EvaluationCommit>) -> Vec<StoreResult<CommitOutcome>> {
         self.evaluations.submit_all(commits).await
     }
+
+    fn item_counts(&self) -> (u64, u64) {
+        self.items.counts()
+    }
+}
+
+/// The hot paths' writes: submissions, events and evaluation commits,
+/// through the backend's own queue or group commit. Cheap to clone.
+#[derive(Clone)]
+pub struct Writes {
+    queue: Arc<dyn WriteQueue>,
+}
+
+impl Writes {
+    /// The store's own write queue (SQLite), or group commit (PostgreSQL).
+    pub fn start(store: SharedStore, metrics: &Metrics) -> Self {
+        let queue = match store.write_queue(metrics) {
+            Some(queue) => queue,
+            None => Arc::new(GroupWrites::start(store, metrics)),
+        };
+        Writes { queue }
+    }
+
+    /// One submission, committed with concurrent ones.
+    pub async fn create_item(&self, write: ItemWrite) -> StoreResult<CreateOutcome> {
+        one(self.queue.create_items(vec![write]).await)
+    }
+
+    /// Submissions of one request (the batch API): one answer each.
+    pub async fn create_items(&self, writes: Vec<ItemWrite>) -> Vec<StoreResult<CreateOutcome>> {
+        self.queue.create_items(writes).await
+    }
+
+    /// One event, committed with concurrent ones.
+    pub async fn append_event(&self, write: EventWrite) -> StoreResult<EventOutcome> {
+        one(self.queue.append_events(vec![write]).await)
+    }
+
+    /// Events of one request (the batch API): one answer each.
+    pub async fn append_events(&self, writes: Vec<EventWrite>) -> Vec<StoreResult<EventOutcome>> {
+        self.queue.append_events(writes).await
+    }
+
+    /// (transactions, writes) of submissions so far.
+    pub fn item_counts(&self) -> (u64, u64) {
+        self.queue.item_counts()
+    }
+
+    /// One evaluation commit, committed with concurrent ones.
+    pub async fn commit_evaluation(&self, commit: EvaluationCommit) -> StoreResult<CommitOutcome> {
+        one(self.queue.commit_evaluations(vec![commit]).await)
+    }
+
+    /// A worker's claimed batch of evaluation commits: one answer each.
+    pub async fn commit_evaluations(&self, commits: Vec<EvaluationCommit>) -> Vec<StoreResult<CommitOutcome>> {
+        self.queue.commit_evaluations(commits).await
+    }
+}
+
+fn one<T>(mut answers: Vec<StoreResult<T>>) -> StoreResult<T> {
+    answers
+        .pop()
+        .unwrap_or_else(|| Err(StoreError::Database("no answer for a write".into())))
 }

@@ -299,7 +299,11 @@ macro_rules! impl_history {
                     let mut out = Vec::new();
                     for chunk in ids.chunks(256) {
                         let sql = in_list(
-                            &format!("SELECT {} FROM decisions WHERE item_id IN (LIST) ORDER BY id", txn::DECISIONS),
+                            &format!(
+                                "SELECT {} FROM {} WHERE d.item_id IN (LIST) ORDER BY d.id",
+                                txn::DECISIONS,
+                                txn::DECISIONS_TABLE
+                            ),
                             chunk.len(),
                         );
                         let q = chunk.iter().fold(sqlx::query(&sql), |q, id| q.bind(*id));

@@ -399,8 +399,9 @@ macro_rules! impl_items {
                     .collect::<StoreResult<Vec<_>>>()?;
                     events.reverse();
                     let decisions = sqlx::query(&format!(
-                        "SELECT {} FROM decisions WHERE item_id = $1 ORDER BY id",
-                        txn::DECISIONS
+                        "SELECT {} FROM {} WHERE d.item_id = $1 ORDER BY d.id",
+                        txn::DECISIONS,
+                        txn::DECISIONS_TABLE
                     ))
                     .bind(id)
                     .fetch_all(&mut *tx)

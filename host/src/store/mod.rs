@@ -51,7 +51,7 @@ pub mod submissions;
 pub use authors::*;
 pub use evaluations::*;
 pub use events::*;
-pub use group::{GroupCommit, Writes};
+pub use group::{GroupCommit, WriteQueue, Writes};
 pub use history::*;
 pub use idempotency::*;
 pub use items::*;
@@ -142,6 +142,13 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Checks the database answers.
     async fn ping(&self) -> StoreResult<()>;
+
+    /// A queue of its own for the hot writes, if the backend batches them
+    /// itself (SQLite's writer thread); `None` takes group commit over the
+    /// batch methods ([`Writes::start`]).
+    fn write_queue(&self, _metrics: &crate::metrics::Metrics) -> Option<Arc<dyn WriteQueue>> {
+        None
+    }
 }
 
 /// Every capability of a store. Run the conformance suite in
@@ -155,6 +162,7 @@ pub trait ItemStore:
     + Events
     + Idempotency
     + Evaluations
+    + DeadLetters
     + Outbox
     + Providers
     + PluginHistory
@@ -172,6 +180,7 @@ impl<T> ItemStore for T where
         + Events
         + Idempotency
         + Evaluations
+        + DeadLetters
         + Outbox
         + Providers
         + PluginHistory

@@ -188,7 +188,8 @@ macro_rules! impl_outbox {
                 next_attempt_at, last_error, created_at, delivered_at";
 
             /// After a cursor: `(txid, seq) > ($1, $2)`.
-            const AFTER_CURSOR: &str = "(txid > $1 OR (txid = $1 AND seq > $2))";
+            const AFTER_CURSOR: &str = <$store as Dialect>::FEED_AFTER;
+            const ORDER: &str = <$store as Dialect>::FEED_ORDER;
             static CURSOR: LazyLock<String> = LazyLock::new(|| {
                 format!(
                     "SELECT txid, seq FROM webhook_cursors WHERE endpoint = $1{}",
@@ -198,14 +199,15 @@ macro_rules! impl_outbox {
             static FAN_OUT: LazyLock<String> = LazyLock::new(|| {
                 format!(
                     "SELECT txid, seq, event_id, item_id, item_version, to_status, kind FROM outbox \
-                     WHERE {AFTER_CURSOR}{} ORDER BY txid, seq LIMIT $3",
+                     WHERE {AFTER_CURSOR}{} ORDER BY {ORDER} LIMIT $3",
                     <$store as Dialect>::FEED_HORIZON
                 )
             });
             static FEED_HEAD: LazyLock<String> = LazyLock::new(|| {
                 format!(
-                    "SELECT txid, seq FROM outbox WHERE TRUE{} ORDER BY txid DESC, seq DESC LIMIT 1",
-                    <$store as Dialect>::FEED_HORIZON
+                    "SELECT txid, seq FROM outbox WHERE TRUE{} ORDER BY {} LIMIT 1",
+                    <$store as Dialect>::FEED_HORIZON,
+                    <$store as Dialect>::FEED_ORDER_DESC
                 )
             });
             static STATEMENTS: $crate::store::dialect::Statements =
@@ -217,7 +219,7 @@ macro_rules! impl_outbox {
             /// process holds it), the events after it, the deliveries of
             /// those it accepts, the cursor moved past them.
             async fn fan_out_endpoint(
-                tx: &mut sqlx::Transaction<'_, $db>,
+                tx: &mut txn::Tx<'_>,
                 e: &EndpointFilter,
                 now: Millis,
                 limit: i64,
@@ -280,15 +282,13 @@ macro_rules! impl_outbox {
 
             static CHANGES_ALL: LazyLock<String> = LazyLock::new(|| {
                 format!(
-                    "SELECT {CHANGE_COLUMNS} FROM outbox WHERE (txid > $1 OR (txid = $1 AND seq > $2)){} \
-                     ORDER BY txid, seq LIMIT $3",
+                    "SELECT {CHANGE_COLUMNS} FROM outbox WHERE {AFTER_CURSOR}{} ORDER BY {ORDER} LIMIT $3",
                     <$store as Dialect>::FEED_HORIZON
                 )
             });
             static CHANGES_CLIENT: LazyLock<String> = LazyLock::new(|| {
                 format!(
-                    "SELECT {CHANGE_COLUMNS} FROM outbox WHERE client = $4 AND (txid > $1 OR (txid = $1 AND seq > $2)){} \
-                     ORDER BY txid, seq LIMIT $3",
+                    "SELECT {CHANGE_COLUMNS} FROM outbox WHERE client = $4 AND {AFTER_CURSOR}{} ORDER BY {ORDER} LIMIT $3",
                     <$store as Dialect>::FEED_HORIZON
                 )
             });

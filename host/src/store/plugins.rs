@@ -185,7 +185,8 @@ macro_rules! impl_plugin_history {
                     // Aggregated in the database over the window, from the
                     // covering index: a few rows cross to the host, not 10,000.
                     const WINDOW: &str = "(SELECT outcome, verdict, duration_us FROM decisions \
-                                          WHERE plugin_digest = $1 ORDER BY id DESC LIMIT $2) latest";
+                                          WHERE plugin_ref IN (SELECT id FROM plugin_refs WHERE digest = $1) \
+                                          ORDER BY id DESC LIMIT $2) latest";
                     let groups = sqlx::query_as::<_, (String, Option<String>, i64)>(&format!(
                         "SELECT outcome, verdict, COUNT(*) FROM {WINDOW} GROUP BY outcome, verdict"
                     ))
@@ -197,7 +198,8 @@ macro_rules! impl_plugin_history {
                     // month of actions, from the partial index of actions.
                     let actions = sqlx::query_as::<_, (i64, i64)>(&format!(
                         "SELECT COUNT(*), COALESCE(SUM(CASE WHEN reversed_at IS NOT NULL THEN 1 ELSE 0 END), 0) \
-                         FROM decisions WHERE plugin_digest = $1 AND created_at >= {} - $2 AND applied \
+                         FROM decisions WHERE plugin_ref IN (SELECT id FROM plugin_refs WHERE digest = $1) \
+                         AND created_at >= {} - $2 AND applied \
                          AND verdict IN ('flag', 'hold', 'reject')",
                         <$store as Dialect>::NOW_MS
                     ))
@@ -224,7 +226,8 @@ macro_rules! impl_plugin_history {
                     let rows = sqlx::query_as::<_, (i64, i64, i64)>(
                         "SELECT (created_at / $3) * $3 AS day, COUNT(*), \
                          COALESCE(SUM(CASE WHEN reversed_at IS NOT NULL THEN 1 ELSE 0 END), 0) FROM decisions \
-                         WHERE plugin_digest = $1 AND created_at >= $2 AND applied \
+                         WHERE plugin_ref IN (SELECT id FROM plugin_refs WHERE digest = $1) \
+                         AND created_at >= $2 AND applied \
                          AND verdict IN ('flag', 'hold', 'reject') GROUP BY day ORDER BY day",
                     )
                     .bind(digest)

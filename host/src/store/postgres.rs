@@ -4,10 +4,10 @@
 //! that change an item lock the item before anything else, and
 //! serialization failures or deadlocks are retried as a whole.
 
-use super::dialect::Dialect;
+use super::dialect::{Dialect, Tx};
 use super::{StoreError, StoreResult};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
-use sqlx::{Pool, Postgres, Transaction};
+use sqlx::{Pool, Postgres};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -37,6 +37,9 @@ impl Dialect for PgStore {
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
     const FOR_UPDATE: &'static str = " FOR UPDATE";
     const FEED_HORIZON: &'static str = " AND txid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint";
+    const FEED_AFTER: &'static str = "(txid > $1 OR (txid = $1 AND seq > $2))";
+    const FEED_ORDER: &'static str = "txid, seq";
+    const FEED_ORDER_DESC: &'static str = "txid DESC, seq DESC";
     const NOW_MS: &'static str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint";
     const BYTE_ORDER: &'static str = " COLLATE \"C\"";
     const POSITION: &'static str = "strpos";
@@ -46,15 +49,16 @@ impl Dialect for PgStore {
         &self.pool
     }
 
-    async fn begin_write(&self) -> StoreResult<Transaction<'_, Postgres>> {
-        Ok(self.pool.begin().await?)
+    async fn begin_write(&self) -> StoreResult<Tx<'_, Postgres>> {
+        Ok(Tx::new(self.pool.begin().await?, None))
     }
 
-    async fn begin_snapshot(&self) -> StoreResult<Transaction<'_, Postgres>> {
-        Ok(self
+    async fn begin_snapshot(&self) -> StoreResult<Tx<'_, Postgres>> {
+        let tx = self
             .pool
             .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            .await?)
+            .await?;
+        Ok(Tx::new(tx, None))
     }
 }
 
@@ -79,6 +83,7 @@ super::submissions::impl_submissions!(PgStore, Postgres, PgRow);
 super::events::impl_events!(PgStore, Postgres, PgRow);
 super::idempotency::impl_idempotency!(PgStore, Postgres, PgRow);
 super::evaluations::impl_evaluations!(PgStore, Postgres, PgRow);
+super::evaluations::impl_dead_letters!(PgStore, Postgres, PgRow);
 super::outbox::impl_outbox!(PgStore, Postgres, PgRow);
 super::providers::impl_providers!(PgStore, Postgres, PgRow);
 super::plugins::impl_plugin_history!(PgStore, Postgres, PgRow);

@@ -28,9 +28,13 @@ pub(super) const ITEM_COLUMNS: &str = "id, client, external_id, kind, author, bo
      version, decided_by, sync_verdict, needs_eval_since, event_seq, evaluated_seq, eval_round, content_version, created_at, \
      updated_at";
 
-pub(super) const DECISION_COLUMNS: &str = "id, item_id, item_version, plugin, plugin_version, plugin_digest, phase, \
-     verdict, score, labels, reason, mode, applied, duration_us, outcome, error, created_at, reversed_at, snapshot_digest, \
-     config_digest";
+/// A decision's columns, over [`DECISIONS_FROM`].
+pub(super) const DECISION_COLUMNS: &str = "d.id, d.item_id, d.item_version, d.plugin, p.version AS plugin_version, \
+     p.digest AS plugin_digest, d.phase, d.verdict, d.score, d.labels, d.reason, d.mode, d.applied, d.duration_us, \
+     d.outcome, d.error, d.created_at, d.reversed_at, d.snapshot_digest, d.config_digest";
+
+/// Decisions with the code that made them (`d`, `p`).
+pub(super) const DECISIONS_FROM: &str = "decisions d JOIN plugin_refs p ON p.id = d.plugin_ref";
 
 pub(super) const TRANSITION_COLUMNS: &str = "id, item_id, from_status, to_status, version, cause, actor, actor_name, \
      actor_note, reason, correlation_id, created_at";
@@ -47,10 +51,10 @@ macro_rules! impl_shared {
             use $crate::domain::ItemStatus;
             use $crate::store::dialect::{Statements, chunk_sizes, values};
             use $crate::store::rows;
-            use $crate::store::shared::{DECISION_COLUMNS, ITEM_COLUMNS, NewTransition, TRANSITION_COLUMNS};
+            use $crate::store::shared::{DECISION_COLUMNS, DECISIONS_FROM, ITEM_COLUMNS, NewTransition, TRANSITION_COLUMNS};
             use $crate::store::*;
 
-            pub(crate) type Tx<'a> = sqlx::Transaction<'a, $db>;
+            pub(crate) type Tx<'a> = $crate::store::dialect::Tx<'a, $db>;
 
             static STATEMENTS: Statements = Statements::new(<$store as $crate::store::dialect::Dialect>::ANONYMOUS_PARAMETERS);
 
@@ -93,26 +97,31 @@ macro_rules! impl_shared {
                 tx: &mut Tx<'_>,
                 rows: &[(&str, i64, &NewDecision)],
             ) -> StoreResult<()> {
+                let refs = plugin_refs(tx, rows.iter().map(|(_, _, d)| *d)).await?;
                 let mut rest = rows;
                 for size in chunk_sizes(rows.len()) {
                     let (chunk, tail) = rest.split_at(size);
                     rest = tail;
                     let sql = STATEMENTS.get("decisions", size, |n| {
                         format!(
-                            "INSERT INTO decisions (item_id, item_version, plugin, plugin_version, plugin_digest, \
+                            "INSERT INTO decisions (item_id, item_version, plugin, plugin_ref, \
                              phase, verdict, score, labels, reason, mode, applied, duration_us, outcome, error, \
                              created_at, snapshot_digest, config_digest) VALUES {}",
-                            values(n, 18)
+                            values(n, 17)
                         )
                     });
                     let mut q = sqlx::query(sql);
                     for (item, version, d) in chunk {
+                        let code = (d.plugin_digest.as_str(), d.plugin.as_str(), d.plugin_version.as_str());
+                        let plugin_ref = refs
+                            .get(&code)
+                            .copied()
+                            .ok_or_else(|| StoreError::Database(format!("no plugin_refs row for {code:?}")))?;
                         q = q
                             .bind(*item)
                             .bind(*version)
                             .bind(&d.plugin)
-                            .bind(&d.plugin_version)
-                            .bind(&d.plugin_digest)
+                            .bind(plugin_ref)
                             .bind(d.phase.as_str())
                             .bind(d.verdict.map(|v| v.as_str()))
                             .bind(d.score)
@@ -141,6 +150,52 @@ macro_rules! impl_shared {
                 striking.sort_unstable();
                 striking.dedup();
                 mark_authors(tx, &striking, now).await
+            }
+
+            /// The `plugin_refs` ids of the decisions' code, each
+            /// (digest, name, version) stored once: one insert that leaves
+            /// the rows already there as they are, and one read, for the batch.
+            pub(crate) async fn plugin_refs<'d>(
+                tx: &mut Tx<'_>,
+                decisions: impl Iterator<Item = &'d NewDecision>,
+            ) -> StoreResult<std::collections::HashMap<(&'d str, &'d str, &'d str), i64>> {
+                let mut codes: Vec<(&str, &str, &str)> = decisions
+                    .map(|d| (d.plugin_digest.as_str(), d.plugin.as_str(), d.plugin_version.as_str()))
+                    .collect();
+                codes.sort_unstable();
+                codes.dedup();
+                let mut ids = std::collections::HashMap::with_capacity(codes.len());
+                for chunk in codes.chunks(256) {
+                    let insert = STATEMENTS.get("plugin_refs", chunk.len(), |n| {
+                        format!(
+                            "INSERT INTO plugin_refs (digest, name, version) VALUES {} \
+                             ON CONFLICT (digest, name, version) DO NOTHING",
+                            values(n, 3)
+                        )
+                    });
+                    let read = STATEMENTS.get("plugin_ref_ids", chunk.len(), |n| {
+                        format!(
+                            "WITH v (digest, name, version) AS (VALUES {}) \
+                             SELECT p.id, p.digest, p.name, p.version FROM plugin_refs p \
+                             JOIN v ON p.digest = v.digest AND p.name = v.name AND p.version = v.version",
+                            values(n, 3)
+                        )
+                    });
+                    let bind = |sql| {
+                        chunk
+                            .iter()
+                            .fold(sqlx::query(sql), |q, (digest, name, version)| q.bind(*digest).bind(*name).bind(*version))
+                    };
+                    bind(insert).execute(&mut **tx).await?;
+                    for r in bind(read).fetch_all(&mut **tx).await? {
+                        let (digest, name, version): (&str, &str, &str) =
+                            (r.try_get("digest")?, r.try_get("name")?, r.try_get("version")?);
+                        if let Some(code) = chunk.iter().find(|c| **c == (digest, name, version)) {
+                            ids.insert(*code, r.try_get("id")?);
+                        }
+                    }
+                }
+                Ok(ids)
             }
 
             /// Marks the authors of these items due for recomputation at
@@ -470,6 +525,8 @@ macro_rules! impl_shared {
 
             /// The columns of [`decision_from_row`].
             pub(crate) const DECISIONS: &str = DECISION_COLUMNS;
+            /// The table expression of [`DECISIONS`].
+            pub(crate) const DECISIONS_TABLE: &str = DECISIONS_FROM;
             /// The columns of [`transition_from_row`].
             pub(crate) const TRANSITIONS: &str = TRANSITION_COLUMNS;
         }

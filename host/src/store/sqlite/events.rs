@@ -1,0 +1,61 @@
+//! Events on the writer thread: each event bumps its item's sequence (the
+//! number it gets), marks the item for evaluation, is inserted with that
+//! number and added to its counter, with its key's response, in a
+//! savepoint of its own.
+
+use super::records;
+use crate::store::{EventAppended, EventOutcome, EventWrite, StoreResult};
+use rusqlite::{Connection, OptionalExtension, params};
+
+/// Appends one event.
+pub(super) fn append_event(conn: &Connection, w: &EventWrite) -> StoreResult<EventOutcome> {
+    if let Some(k) = &w.key
+        && !records::seal_key(conn, k)?
+    {
+        return Ok(EventOutcome::KeyLost);
+    }
+    let e = &w.event;
+    let bumped: Option<(i64, Option<i64>)> = conn
+        .prepare_cached(
+            "UPDATE items SET event_seq = event_seq + 1, needs_eval_since = COALESCE(needs_eval_since, ?2) \
+             WHERE id = ?1 AND status <> 'deleted' RETURNING event_seq, needs_eval_since",
+        )?
+        .query_row(params![e.item_id, e.now], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let Some((seq, since)) = bumped else {
+        if let Some(k) = &w.key {
+            records::release_key(conn, k)?;
+        }
+        return Ok(if records::item_exists(conn, &e.item_id)? {
+            EventOutcome::Deleted
+        } else {
+            EventOutcome::NotFound
+        });
+    };
+    if let Some(text) = &e.text {
+        // The content changed: a provider's answer no longer holds.
+        conn.prepare_cached(
+            "UPDATE items SET body = ?2, fingerprint = ?3, content_version = content_version + 1 WHERE id = ?1",
+        )?
+        .execute(params![e.item_id, text, e.fingerprint.as_deref().unwrap_or_default()])?;
+    }
+    conn.prepare_cached(
+        "INSERT INTO events (item_id, seq, kind, actor, payload, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![e.item_id, seq, e.kind.as_str(), e.actor, e.text, e.now])?;
+    conn.prepare_cached(
+        "INSERT INTO counters (item_id, name, value) VALUES (?1, ?2, 1) \
+         ON CONFLICT (item_id, name) DO UPDATE SET value = counters.value + 1",
+    )?
+    .execute(params![e.item_id, e.kind.as_str()])?;
+    let appended = EventAppended {
+        item_id: e.item_id.clone(),
+        event_seq: seq,
+        needs_eval_since: since.unwrap_or_default(),
+    };
+    if let Some(k) = &w.key {
+        records::store_response(conn, k, &(w.respond)(&appended))?;
+    }
+    Ok(EventOutcome::Appended(appended))
+}
+

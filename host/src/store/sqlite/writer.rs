@@ -1,0 +1,332 @@
+//! The SQLite writer: one thread owns the write connection and takes every
+//! write from one queue — submissions, events, evaluation commits,
+//! idempotency claims, and turns for the transactions of the cold paths.
+//!
+//! The thread drains whatever is queued (bounded by [`MAX_WRITES`] and
+//! [`MAX_BATCH_TIME`], so a burst cannot hold a commit back for long) into
+//! **one** `BEGIN IMMEDIATE … COMMIT`. A failing write fails alone: should
+//! any write of a transaction fail, the transaction is rolled back and run
+//! again with every write in a savepoint of its own ([`Isolation::Alone`]).
+//! Failures are rare (the API refuses bad input before it gets here), and
+//! a savepoint is not free: every page a write touches inside one is first
+//! copied to the statement journal, so the common case runs without them.
+//! A write is answered only after `COMMIT` returned: with `synchronous =
+//! FULL` its effect is on disk by then. A failed `COMMIT` fails every write
+//! of its transaction. A panic on the thread aborts the process: nothing is
+//! ever answered early.
+//!
+//! Why a thread of our own rather than sqlx's connection: sqlx runs every
+//! SQLite statement on a worker thread of its own and hands each statement,
+//! and each row it returns, over a channel, so a settled item cost ~30
+//! thread hand-offs. Here a write crosses one channel in and one out, and
+//! its statements run back to back through rusqlite's prepared-statement
+//! cache, on the same `libsqlite3-sys` build sqlx links.
+//!
+//! The cold paths (moderation, deliveries, retention, …) keep their sqlx
+//! code, one SQL text for both stores: they queue a [`Turn`], and the
+//! writer hands them the database between two of its transactions and
+//! waits until they release it, so the two connections never contend for
+//! SQLite's write lock.
+
+use super::error::from_sqlite;
+use crate::store::{StoreError, StoreResult};
+use rusqlite::Connection;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+
+/// The most writes one transaction takes (a batch request counts each entry).
+pub(super) const MAX_WRITES: usize = 2048;
+
+/// A transaction stops taking queued writes once it has been open this
+/// long, so a deep queue does not delay the writes already applied.
+pub(super) const MAX_BATCH_TIME: Duration = Duration::from_millis(4);
+
+/// Jobs waiting for the writer, at most; callers wait for room beyond it.
+const QUEUE: usize = 8192;
+
+/// How a write is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Isolation {
+    /// With the transaction's other writes, no savepoint: if it fails, the
+    /// whole transaction is rolled back and run again [`Isolation::Alone`].
+    Together,
+    /// In a savepoint of its own: a failure rolls back only this write (a
+    /// write of many entries puts each entry in a savepoint of its own).
+    Alone,
+}
+
+/// One write: applied inside the batch's transaction, answered after it.
+pub(super) trait Write: Send {
+    /// How many writes it carries (the batch bound counts these).
+    fn weight(&self) -> usize;
+    /// Which kind it is, for `/metrics`.
+    fn kind(&self) -> Kind;
+    /// Applies the write (again, if the transaction is run a second time);
+    /// an `Err` is its failure.
+    fn apply(&mut self, conn: &Connection, isolation: Isolation) -> StoreResult<()>;
+    /// Answers the caller once the transaction's fate is known: `Ok` if it
+    /// committed (the write's own result, which may be its error), or the
+    /// error that ended the transaction.
+    fn answer(self: Box<Self>, committed: Result<(), StoreError>);
+}
+
+/// The kinds of writes, for the batch metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Submissions,
+    Events,
+    Evaluations,
+    Keys,
+    Other,
+}
+
+impl Kind {
+    pub(crate) const ALL: [Kind; 5] = [Kind::Submissions, Kind::Events, Kind::Evaluations, Kind::Keys, Kind::Other];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Kind::Submissions => "submissions",
+            Kind::Events => "events",
+            Kind::Evaluations => "evaluations",
+            Kind::Keys => "idempotency",
+            Kind::Other => "other",
+        }
+    }
+}
+
+/// A write made of a closure: the result is kept until the commit.
+struct Job<T, F> {
+    run: F,
+    out: Option<StoreResult<T>>,
+    reply: oneshot::Sender<StoreResult<T>>,
+    kind: Kind,
+    weight: usize,
+}
+
+impl<T, F> Write for Job<T, F>
+where
+    T: Send,
+    F: Fn(&Connection, Isolation) -> StoreResult<T> + Send,
+{
+    fn weight(&self) -> usize {
+        self.weight
+    }
+
+    fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    fn apply(&mut self, conn: &Connection, isolation: Isolation) -> StoreResult<()> {
+        let out = (self.run)(conn, isolation);
+        let result = out.as_ref().map(|_| ()).map_err(Clone::clone);
+        self.out = Some(out);
+        result
+    }
+
+    fn answer(self: Box<Self>, committed: Result<(), StoreError>) {
+        let out = match committed {
+            Ok(()) => self
+                .out
+                .unwrap_or_else(|| Err(StoreError::Database("a write was never applied".into()))),
+            Err(e) => Err(e),
+        };
+        // The caller may have gone (a client disconnected): its write stands.
+        let _ = self.reply.send(out);
+    }
+}
+
+enum Message {
+    Write(Box<dyn Write>),
+    /// A cold path asks for the database between two transactions.
+    Turn(oneshot::Sender<Turn>),
+}
+
+/// The database lent to a cold path: the writer waits until this is dropped.
+pub struct Turn {
+    _release: std::sync::mpsc::Sender<()>,
+}
+
+/// Counts of what the writer committed, for `/metrics`.
+pub(crate) trait BatchObserver: Send + Sync + 'static {
+    /// One transaction committed with `writes` writes per kind.
+    fn committed(&self, writes: &[(Kind, usize)]);
+}
+
+/// The handle of the writer thread. The thread ends when every handle is gone.
+pub(crate) struct Writer {
+    queue: mpsc::Sender<Message>,
+}
+
+impl Writer {
+    /// Starts the writer thread on `conn` (already configured: WAL,
+    /// `synchronous`, foreign keys).
+    pub(crate) fn start(conn: Connection, observer: Box<dyn BatchObserver>) -> std::io::Result<Writer> {
+        let (queue, jobs) = mpsc::channel(QUEUE);
+        std::thread::Builder::new()
+            .name("gavel-sqlite-writer".into())
+            .spawn(move || {
+                let run = std::panic::AssertUnwindSafe(|| run(conn, jobs, &*observer));
+                if std::panic::catch_unwind(run).is_err() {
+                    // A write may be half applied and its callers unanswered;
+                    // nothing of this transaction has been acknowledged. Stop
+                    // rather than answer anything from this state.
+                    tracing::error!("the SQLite writer panicked; stopping the process");
+                    std::process::abort();
+                }
+            })?;
+        Ok(Writer { queue })
+    }
+
+    /// Runs `f` inside the writer's next transaction; answers after the
+    /// transaction committed. `f` may run twice (see [`Isolation`]): the
+    /// result of its last run is the answer.
+    pub(crate) async fn write<T, F>(&self, kind: Kind, weight: usize, f: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: Fn(&Connection, Isolation) -> StoreResult<T> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let job = Job {
+            run: f,
+            out: None,
+            reply,
+            kind,
+            weight: weight.max(1),
+        };
+        self.queue
+            .send(Message::Write(Box::new(job)))
+            .await
+            .map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+
+    /// Waits for the database between two of the writer's transactions; the
+    /// writer resumes when the [`Turn`] is dropped.
+    pub(crate) async fn turn(&self) -> StoreResult<Turn> {
+        let (grant, granted) = oneshot::channel();
+        self.queue.send(Message::Turn(grant)).await.map_err(|_| stopped())?;
+        granted.await.map_err(|_| stopped())
+    }
+}
+
+impl Writer {
+    /// [`Writer::turn`] for a thread outside the async runtime.
+    pub(crate) fn turn_blocking(&self) -> StoreResult<Turn> {
+        let (grant, granted) = oneshot::channel();
+        self.queue.blocking_send(Message::Turn(grant)).map_err(|_| stopped())?;
+        granted.blocking_recv().map_err(|_| stopped())
+    }
+}
+
+fn stopped() -> StoreError {
+    StoreError::Unavailable("the SQLite writer has stopped".into())
+}
+
+fn run(conn: Connection, mut jobs: mpsc::Receiver<Message>, observer: &dyn BatchObserver) {
+    let mut batch: Vec<Box<dyn Write>> = Vec::new();
+    let mut turn = None;
+    while let Some(first) = jobs.blocking_recv() {
+        match first {
+            Message::Turn(grant) => lend(grant),
+            Message::Write(w) => {
+                batch.push(w);
+                let started = Instant::now();
+                let outcome = transaction(&conn, &mut batch, &mut jobs, &mut turn, started);
+                let mut counts: Vec<(Kind, usize)> = Vec::new();
+                for w in &batch {
+                    match counts.iter_mut().find(|(k, _)| *k == w.kind()) {
+                        Some((_, n)) => *n += w.weight(),
+                        None => counts.push((w.kind(), w.weight())),
+                    }
+                }
+                if outcome.is_ok() {
+                    observer.committed(&counts);
+                }
+                for w in batch.drain(..) {
+                    w.answer(outcome.clone());
+                }
+                if let Some(grant) = turn.take() {
+                    lend(grant);
+                }
+            }
+        }
+    }
+}
+
+/// One transaction: applies the first write and whatever queued meanwhile
+/// (within the bounds; a queued turn ends the batch), then commits. If a
+/// write failed, the transaction is rolled back and run again with each
+/// write in a savepoint of its own.
+fn transaction(
+    conn: &Connection,
+    batch: &mut Vec<Box<dyn Write>>,
+    jobs: &mut mpsc::Receiver<Message>,
+    turn: &mut Option<oneshot::Sender<Turn>>,
+    started: Instant,
+) -> Result<(), StoreError> {
+    execute(conn, "BEGIN IMMEDIATE")?;
+    let mut applied = 0;
+    let mut weight = 0;
+    let mut failed = false;
+    loop {
+        while applied < batch.len() {
+            weight += batch[applied].weight();
+            failed |= batch[applied].apply(conn, Isolation::Together).is_err();
+            applied += 1;
+        }
+        if failed || weight >= MAX_WRITES || started.elapsed() >= MAX_BATCH_TIME {
+            break;
+        }
+        match jobs.try_recv() {
+            Ok(Message::Write(w)) => batch.push(w),
+            Ok(Message::Turn(grant)) => {
+                *turn = Some(grant);
+                break;
+            }
+            Err(_) => break,
+        }
+    }
+    if failed {
+        execute(conn, "ROLLBACK")?;
+        execute(conn, "BEGIN IMMEDIATE")?;
+        for w in batch.iter_mut() {
+            apply_alone(conn, &mut **w).inspect_err(|_| rollback(conn))?;
+        }
+    }
+    execute(conn, "COMMIT").inspect_err(|_| rollback(conn))
+}
+
+/// Applies one write in a savepoint; its own failure rolls back only the
+/// savepoint (and is its answer). An error of the savepoint statements
+/// themselves ends the transaction.
+fn apply_alone(conn: &Connection, write: &mut dyn Write) -> Result<(), StoreError> {
+    execute(conn, "SAVEPOINT w")?;
+    if write.apply(conn, Isolation::Alone).is_err() {
+        execute(conn, "ROLLBACK TO w")?;
+    }
+    execute(conn, "RELEASE w")
+}
+
+fn execute(conn: &Connection, sql: &str) -> Result<(), StoreError> {
+    conn.prepare_cached(sql)
+        .and_then(|mut s| s.raw_execute())
+        .map(|_| ())
+        .map_err(from_sqlite)
+}
+
+fn rollback(conn: &Connection) {
+    if !conn.is_autocommit()
+        && let Err(e) = conn.execute_batch("ROLLBACK")
+    {
+        tracing::error!(error = %e, "cannot roll back the writer's transaction");
+    }
+}
+
+/// Hands the database to a cold path and waits until it gives it back.
+fn lend(grant: oneshot::Sender<Turn>) {
+    let (release, released) = std::sync::mpsc::channel();
+    // If the asker has gone, the turn comes straight back (dropped here).
+    let _ = grant.send(Turn { _release: release });
+    // Ends when the `Turn` is dropped: no message is ever sent.
+    let _ = released.recv();
+}
