@@ -321,16 +321,16 @@ impl Worker {
                 Settled::Failed(e) => self.failed(item, e).await,
             }
         }
-        for lease in &leases {
-            match bounded("release", self.parts.coordinator.release(lease)).await {
-                Ok(true) => {}
-                Ok(false) => {
+        // The batch's leases go back in one coordinator call.
+        match bounded("release_many", self.parts.coordinator.release_many(&leases)).await {
+            Ok(released) => {
+                for (lease, _) in leases.iter().zip(released).filter(|(_, held)| !held) {
                     m.leases_lost.inc();
                     tracing::warn!(item = %lease.item, "lease expired during the evaluation (the fence kept it safe)");
                 }
-                Err(e) => {
-                    tracing::warn!(item = %lease.item, error = %e, "cannot release a lease; it expires by itself")
-                }
+            }
+            Err(e) => {
+                tracing::warn!(leases = leases.len(), error = %e, "cannot release the leases; they expire by themselves")
             }
         }
     }
@@ -542,37 +542,50 @@ impl Worker {
     }
 
     /// Judges every item with a snapshot side by side on the evaluation
-    /// threads; returns each id's outcome so far and the commits to make
-    /// (index into `ids`, commit, verdict).
+    /// threads, handed over as one job for the whole batch; returns each
+    /// id's outcome so far and the commits to make (index into `ids`,
+    /// commit, verdict).
     async fn judge_all(&self, ids: &[&str], mut by_id: HashMap<String, SnapshotData>) -> (Vec<Settled>, Vec<Judged>) {
+        use rayon::prelude::*;
         let p = &self.parts;
         let now = now_ms();
-        // Every item judged side by side on the evaluation threads.
-        let mut jobs = tokio::task::JoinSet::new();
-        for (i, id) in ids.iter().enumerate() {
-            let Some(data) = by_id.remove(*id) else { continue };
-            let (registry, metrics) = (p.registry.clone(), p.metrics.clone());
-            let (fail_closed, keep) = (p.evaluation.fail_closed, p.evaluation.store_snapshots);
-            let pool = p.pool.clone();
-            let span = tracing::info_span!("item.evaluate", item = %id, version = data.item.version);
-            jobs.spawn(async move {
-                let judged = pool
-                    .run(move || {
+        let items: Vec<(usize, SnapshotData)> = ids
+            .iter()
+            .enumerate()
+            .filter_map(|(i, id)| by_id.remove(*id).map(|data| (i, data)))
+            .collect();
+        let judging: Vec<usize> = items.iter().map(|(i, _)| *i).collect();
+        let (registry, metrics) = (p.registry.clone(), p.metrics.clone());
+        let (fail_closed, keep) = (p.evaluation.fail_closed, p.evaluation.store_snapshots);
+        let batch = p
+            .pool
+            .run(move || {
+                items
+                    .into_par_iter()
+                    .map(|(i, data)| {
+                        let span = tracing::info_span!("item.evaluate", item = %data.item.id, version = data.item.version);
                         let _enter = span.enter();
                         let max = registry.engine().limits().max_snapshot_bytes;
                         let mut snapshot = snapshot_of(&data, Phase::Async, now, max);
                         let judgement = judge(&registry, &mut snapshot, Phase::Async, fail_closed, keep, &metrics);
-                        (data, judgement)
+                        (i, judgement.map(|j| (data, j)))
                     })
-                    .await;
-                (i, judged)
-            });
-        }
+                    .collect::<Vec<_>>()
+            })
+            .await;
         let mut settled: Vec<Settled> = ids.iter().map(|_| Settled::Done).collect();
+        let judged = match batch {
+            Ok(judged) => judged,
+            Err(e) => {
+                for i in judging {
+                    settled[i] = Settled::Failed(Failure::Host(e.clone()));
+                }
+                return (settled, Vec::new());
+            }
+        };
         let mut commits = Vec::new();
-        while let Some(joined) = jobs.join_next().await {
-            let (i, judged) = joined.expect("an evaluation task panicked");
-            match judged.and_then(|(data, j)| j.map(|j| (data, j))) {
+        for (i, judged) in judged {
+            match judged {
                 Ok((data, judgement)) => {
                     let (commit, verdict) = self.decide(&data, &judgement);
                     let strikes = |d: &NewDecision| may_count(d.mode, d.applied, d.outcome, d.verdict);

@@ -92,6 +92,20 @@ impl Coordinator for EmbeddedCoordinator {
         Ok(false)
     }
 
+    async fn release_many(&self, leases: &[Lease]) -> Result<Vec<bool>, CoordinatorError> {
+        let mut s = self.state.lock().expect("coordinator lock poisoned");
+        Ok(leases
+            .iter()
+            .map(|lease| {
+                let held = s.leases.get(&lease.item).is_some_and(|(t, _)| *t == lease.token);
+                if held {
+                    s.leases.remove(&lease.item);
+                }
+                held
+            })
+            .collect())
+    }
+
     async fn is_leased(&self, item: &str, now: Millis) -> Result<bool, CoordinatorError> {
         let s = self.state.lock().expect("coordinator lock poisoned");
         Ok(s.leases.get(item).is_some_and(|(_, expires)| *expires > now))

@@ -85,6 +85,10 @@ pub trait Coordinator: Send + Sync + 'static {
     /// expired (or was taken over).
     async fn release(&self, lease: &Lease) -> Result<bool, CoordinatorError>;
 
+    /// Releases a batch of leases in one call (a claimed batch ends
+    /// together): one answer per lease, in order, as [`Coordinator::release`].
+    async fn release_many(&self, leases: &[Lease]) -> Result<Vec<bool>, CoordinatorError>;
+
     /// Whether `item` has a live lease.
     async fn is_leased(&self, item: &str, now: Millis) -> Result<bool, CoordinatorError>;
 

@@ -56,6 +56,16 @@ const RELEASE: &str = r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) else return 0 end
 "#;
 
+/// Releases several leases of one partition (their keys share its slot):
+/// KEYS are the lease keys, ARGV their tokens; one 0/1 per lease.
+const RELEASE_MANY: &str = r#"
+local out = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[i] then out[i] = redis.call('DEL', key) else out[i] = 0 end
+end
+return out
+"#;
+
 /// One Redis server, or a Redis Cluster.
 #[derive(Clone)]
 enum Conn {
@@ -107,6 +117,7 @@ pub struct RedisCoordinator {
     schedule: Script,
     claim: Script,
     release: Script,
+    release_many: Script,
 }
 
 fn unavailable(e: redis::RedisError) -> CoordinatorError {
@@ -164,6 +175,7 @@ impl RedisCoordinator {
             schedule: Script::new(SCHEDULE),
             claim: Script::new(CLAIM),
             release: Script::new(RELEASE),
+            release_many: Script::new(RELEASE_MANY),
         })
     }
 
@@ -316,6 +328,33 @@ impl Coordinator for RedisCoordinator {
             .await
             .map_err(unavailable)?;
         Ok(deleted == 1)
+    }
+
+    async fn release_many(&self, leases: &[Lease]) -> Result<Vec<bool>, CoordinatorError> {
+        // One script call per partition touched, the partitions in parallel.
+        let mut by_partition: std::collections::BTreeMap<usize, Vec<usize>> = std::collections::BTreeMap::new();
+        for (i, lease) in leases.iter().enumerate() {
+            by_partition
+                .entry(partition_of(&lease.item, self.partitions.len()))
+                .or_default()
+                .push(i);
+        }
+        let calls = by_partition.into_iter().map(|(p, at)| async move {
+            let p = &self.partitions[p];
+            let mut call = self.release_many.prepare_invoke();
+            for &i in &at {
+                call.key(format!("{}{}", p.lease_prefix, leases[i].item)).arg(&leases[i].token);
+            }
+            let released: Vec<i64> = call.invoke_async(&mut self.conn.clone()).await.map_err(unavailable)?;
+            Ok::<_, CoordinatorError>(at.into_iter().zip(released).collect::<Vec<_>>())
+        });
+        let mut out = vec![false; leases.len()];
+        for answers in futures::future::try_join_all(calls).await? {
+            for (i, deleted) in answers {
+                out[i] = deleted == 1;
+            }
+        }
+        Ok(out)
     }
 
     async fn is_leased(&self, item: &str, _now: Millis) -> Result<bool, CoordinatorError> {
