@@ -99,6 +99,13 @@ pub(super) struct Prepared {
     pub key: Option<ClaimedKey>,
 }
 
+/// A submission admitted (valid, within its limits, its key claimed),
+/// before its sync rules.
+pub(super) struct Admitted {
+    item: NewItem,
+    key: Option<ClaimedKey>,
+}
+
 /// Everything before the write: validation, the key claim, the rate limits,
 /// the sync rules. `Err` is the answer to send instead (a replay, a
 /// conflict, a refusal).
@@ -109,6 +116,20 @@ pub(super) async fn prepare(
     key: Option<String>,
     correlation_id: String,
 ) -> Result<Prepared, Response> {
+    let admitted = admit(state, caller, req, key, correlation_id).await?;
+    let sync = sync_rules(state, vec![admitted.item.clone()]).await.pop().unwrap_or_default();
+    Ok(prepared(state, admitted, sync))
+}
+
+/// Validation, the client rate limit, the key claim, the author rate
+/// limit; the new item. `Err` is the answer to send instead.
+pub(super) async fn admit(
+    state: &AppState,
+    caller: &Caller,
+    req: SubmitRequest,
+    key: Option<String>,
+    correlation_id: String,
+) -> Result<Admitted, Response> {
     let ingest = &state.config.ingest;
     validate_submission(&req, ingest.max_text_chars).map_err(IntoResponse::into_response)?;
     super::rate_limited(&state.client_limiter, &caller.name).map_err(IntoResponse::into_response)?;
@@ -136,13 +157,27 @@ pub(super) async fn prepare(
         correlation_id,
         now,
     };
-    let (sync_verdict, sync_reason, decisions) = sync_rules(state, &item).await;
+    Ok(Admitted { item, key })
+}
+
+/// What the sync-phase rules said of one submission.
+#[derive(Default)]
+pub(super) struct SyncOutcome {
+    verdict: Option<crate::domain::Verdict>,
+    reason: String,
+    decisions: Vec<crate::store::NewDecision>,
+}
+
+/// An admitted submission with its sync rules' outcome, ready to store.
+fn prepared(state: &AppState, admitted: Admitted, sync: SyncOutcome) -> Prepared {
+    let Admitted { item, key } = admitted;
+    let ingest = &state.config.ingest;
     let degraded = state.metrics.queue_lag_seconds.get() * 1000.0 > state.config.evaluation.degraded_lag_ms as f64;
     let write = ItemWrite {
         item,
-        sync_verdict,
-        sync_reason,
-        decisions,
+        sync_verdict: sync.verdict,
+        sync_reason: sync.reason,
+        decisions: sync.decisions,
         degraded,
         duplicates: DuplicateRule {
             window_ms: ingest.duplicate_window_ms,
@@ -152,30 +187,81 @@ pub(super) async fn prepare(
         key: key.as_ref().map(|k| k.completion(StatusCode::ACCEPTED)),
         respond: submit_body,
     };
-    Ok(Prepared { write, key })
+    Prepared { write, key }
 }
 
-/// The sync-phase rules, inline under their tight deadline. When the host
-/// is too busy to run them in time, the item is stored without them: the
-/// asynchronous rules judge it (a host failure never becomes a verdict).
-async fn sync_rules(
-    state: &AppState,
-    item: &NewItem,
-) -> (Option<crate::domain::Verdict>, String, Vec<crate::store::NewDecision>) {
+/// The sync-phase rules of these submissions (one answer each, in order),
+/// inline under their tight deadline, the submissions side by side on the
+/// evaluation threads as one job. When the host is too busy to start them
+/// in time, the items are stored without them: the asynchronous rules
+/// judge them (a host failure never becomes a verdict).
+async fn sync_rules(state: &AppState, items: Vec<NewItem>) -> Vec<SyncOutcome> {
+    use rayon::prelude::*;
     let registry = state.registry.clone();
     if !registry.plugins().iter().any(|p| p.runs_in(Phase::Sync)) {
-        return (None, String::new(), Vec::new());
+        return items.iter().map(|_| SyncOutcome::default()).collect();
     }
-    let data = SnapshotData {
+    let n = items.len();
+    let standing = state.config.standing.initial().to_string();
+    let metrics = state.metrics.clone();
+    let (fail_closed, keep) = (
+        state.config.evaluation.fail_closed,
+        state.config.evaluation.store_snapshots,
+    );
+    let start_by = std::time::Instant::now() + registry.engine().limits().sync_deadline;
+    let judged = state
+        .pool
+        .run_before(Some(start_by), move || {
+            items
+                .into_par_iter()
+                .map(|item| {
+                    let max = registry.engine().limits().max_snapshot_bytes;
+                    let now = item.now;
+                    let mut snapshot = snapshot_of(&sync_data(item, &standing), Phase::Sync, now, max);
+                    judge(&registry, &mut snapshot, Phase::Sync, fail_closed, keep, &metrics)
+                })
+                .collect::<Vec<_>>()
+        })
+        .await;
+    let judged = match judged {
+        Ok(judged) => judged,
+        Err(e) => (0..n).map(|_| Err(e.clone())).collect(),
+    };
+    judged
+        .into_iter()
+        .map(|j| match j {
+            Ok(j) => SyncOutcome {
+                verdict: j.verdict,
+                reason: j.reason(),
+                decisions: j.decisions(Phase::Sync, true),
+            },
+            Err(e) => {
+                state
+                    .metrics
+                    .host_errors
+                    .get_or_create(&crate::metrics::KindLabel { kind: "sync_phase" })
+                    .inc();
+                tracing::warn!(error = %e, "sync rules skipped: the host is overloaded; the async rules judge the item");
+                SyncOutcome::default()
+            }
+        })
+        .collect()
+}
+
+/// What a submission's sync-phase snapshot is built from: the item as it
+/// is about to be stored; the sync phase reads no history (the first tier,
+/// nothing counted).
+fn sync_data(item: NewItem, standing: &str) -> SnapshotData {
+    SnapshotData {
         item: Item {
-            id: item.id.clone(),
-            client: item.client.clone(),
-            external_id: item.external_id.clone(),
-            kind: item.kind.clone(),
-            author: item.author.clone(),
-            body: item.body.clone(),
-            context: item.context.clone(),
-            fingerprint: item.fingerprint.clone(),
+            id: item.id,
+            client: item.client,
+            external_id: item.external_id,
+            kind: item.kind,
+            author: item.author,
+            body: item.body,
+            context: item.context,
+            fingerprint: item.fingerprint,
             status: ItemStatus::Received,
             version: 1,
             decided_by: None,
@@ -192,42 +278,14 @@ async fn sync_rules(
         author_recent_items: 0,
         author_rejected_items: 0,
         author_held_items: 0,
-        // The sync phase reads no history: the first tier, nothing counted.
         standing: crate::store::StandingData {
-            state: state.config.standing.initial().to_string(),
+            state: standing.to_string(),
             ..Default::default()
         },
         duplicate_count: 0,
         trigger: Vec::new(),
         provider_answers: Vec::new(),
         waiting_on: None,
-    };
-    let (metrics, now) = (state.metrics.clone(), item.now);
-    let (fail_closed, keep) = (
-        state.config.evaluation.fail_closed,
-        state.config.evaluation.store_snapshots,
-    );
-    let start_by = std::time::Instant::now() + registry.engine().limits().sync_deadline;
-    let judged = state
-        .pool
-        .run_before(Some(start_by), move || {
-            let max = registry.engine().limits().max_snapshot_bytes;
-            let mut snapshot = snapshot_of(&data, Phase::Sync, now, max);
-            judge(&registry, &mut snapshot, Phase::Sync, fail_closed, keep, &metrics)
-        })
-        .await
-        .and_then(|j| j);
-    match judged {
-        Ok(j) => (j.verdict, j.reason(), j.decisions(Phase::Sync, true)),
-        Err(e) => {
-            state
-                .metrics
-                .host_errors
-                .get_or_create(&crate::metrics::KindLabel { kind: "sync_phase" })
-                .inc();
-            tracing::warn!(item = %item.id, error = %e, "sync rules skipped: the host is overloaded; the async rules judge it");
-            (None, String::new(), Vec::new())
-        }
     }
 }
 
@@ -438,26 +496,41 @@ pub async fn submit_batch(
     let correlation_id = super::request_id(&headers);
     let span = tracing::info_span!("item.submit_batch", client = %caller.name, items = batch.items.len(), request_id = %correlation_id);
     async {
-        let mut prepared = Vec::with_capacity(batch.items.len());
-        let mut answers: Vec<Option<Response>> = Vec::with_capacity(batch.items.len());
-        for (i, entry) in batch.items.into_iter().enumerate() {
-            let (key, item) = entry.split();
-            let key = match key.as_deref().map(super::idempotency::validate_key).transpose() {
-                Ok(k) => k,
-                Err(e) => {
-                    answers.push(Some(e.into_response()));
-                    continue;
-                }
-            };
-            let external_id = item.external_id.clone();
-            match prepare(&state, &caller, item, key, format!("{correlation_id}#{i}")).await {
-                Ok(p) => {
-                    prepared.push((i, external_id, p));
+        // Every entry admitted (their keys claimed concurrently), then the
+        // sync rules of all of them as one job on the evaluation threads.
+        let admissions = batch.items.into_iter().enumerate().map(|(i, entry)| {
+            let (state, caller, correlation_id) = (&state, &caller, &correlation_id);
+            async move {
+                let (key, item) = entry.split();
+                let key = key
+                    .as_deref()
+                    .map(super::idempotency::validate_key)
+                    .transpose()
+                    .map_err(IntoResponse::into_response)?;
+                let external_id = item.external_id.clone();
+                admit(state, caller, item, key, format!("{correlation_id}#{i}"))
+                    .await
+                    .map(|a| (external_id, a))
+            }
+        });
+        let admitted = futures::future::join_all(admissions).await;
+        let mut answers: Vec<Option<Response>> = Vec::with_capacity(admitted.len());
+        let mut accepted = Vec::with_capacity(admitted.len());
+        for (i, a) in admitted.into_iter().enumerate() {
+            match a {
+                Ok(a) => {
+                    accepted.push((i, a));
                     answers.push(None);
                 }
                 Err(answer) => answers.push(Some(answer)),
             }
         }
+        let outcomes = sync_rules(&state, accepted.iter().map(|(_, (_, a))| a.item.clone()).collect()).await;
+        let prepared: Vec<(usize, Option<String>, Prepared)> = accepted
+            .into_iter()
+            .zip(outcomes)
+            .map(|((i, (external_id, a)), sync)| (i, external_id, prepared(&state, a, sync)))
+            .collect();
         let (meta, writes): (Vec<_>, Vec<_>) = prepared
             .into_iter()
             .map(|(i, ext, p)| ((i, ext, p.key), p.write))
