@@ -61,7 +61,7 @@ async fn drain(gavel_bin: &Path, dir: &Path, config: &str, n: usize) -> anyhow::
 pub async fn b10(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
     let n = if sizes.quick { 3_000 } else { 100_000 };
     let dir = tempfile::tempdir()?;
-    let tuning = "[evaluation]\nconcurrency = 8\npoll_interval_ms = 1\n";
+    let tuning = crate::system::B4_TUNING;
     let embedded = drain(gavel_bin, &dir.path().join("embedded"), tuning, n).await?;
     let pg = gavel_tests::servers::postgres();
     let database = pg.database().await;

@@ -20,7 +20,7 @@ const AUTHORS: usize = 1_000;
 /// B4's tuning, so that the seeded backlog drains quickly; and degraded mode
 /// off, so that seeding faster than the rules judge does not hold plain
 /// items for review and every status is the rules' own.
-const CONFIG: &str = "[evaluation]\nconcurrency = 8\npoll_interval_ms = 1\ndegraded_lag_ms = 86400000\n";
+const CONFIG: &str = "[evaluation]\nconcurrency = 512\nbatch = 256\npoll_interval_ms = 1\ndegraded_lag_ms = 86400000\n";
 
 /// What a page's answer must be, besides 200.
 #[derive(Clone, Copy)]

@@ -22,7 +22,7 @@ fn children_cpu() -> f64 {
 
 pub async fn b11(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
     let dir = tempfile::tempdir()?;
-    let tuning = "[evaluation]\nconcurrency = 8\npoll_interval_ms = 1\n";
+    let tuning = crate::system::B4_TUNING;
     let off = Gavel::start(
         gavel_bin,
         &dir.path().join("off"),

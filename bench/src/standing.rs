@@ -11,7 +11,7 @@ use std::path::Path;
 
 pub async fn b13(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
     let dir = tempfile::tempdir()?;
-    let tuning = "[evaluation]\nconcurrency = 8\npoll_interval_ms = 1\n";
+    let tuning = crate::system::B4_TUNING;
     let tiers = "[[standing.tiers]]\nname = \"good\"\nstrikes = 0\n[[standing.tiers]]\nname = \"watch\"\nstrikes = 2\n\
                  [[standing.tiers]]\nname = \"flagged\"\nstrikes = 8\n";
     let off = Gavel::start(gavel_bin, &dir.path().join("off"), &rust_plugins(), tuning).await?;

@@ -56,6 +56,11 @@ impl Sizes {
     }
 }
 
+/// The evaluation settings of B4 and the figures measured like it: claimed
+/// batches of 256 (the defaults), and an idle worker polling every
+/// millisecond so that the settle time is not the poll interval.
+pub(crate) const B4_TUNING: &str = "[evaluation]\nconcurrency = 512\nbatch = 256\npoll_interval_ms = 1\n";
+
 const CLIENT_TOKEN: &str = "bench-client-token-0123456789abcdef";
 pub(crate) const MODERATOR_TOKEN: &str = "bench-moderator-token-0123456789abcdef";
 
@@ -517,7 +522,7 @@ pub(crate) async fn settle_runs_with(
 /// request and 100 per batch request, with the CPU per settled item.
 pub async fn b4(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
     let dir = tempfile::tempdir()?;
-    let tuning = "[evaluation]\nconcurrency = 8\npoll_interval_ms = 1\n";
+    let tuning = B4_TUNING;
     let embedded = Gavel::start(gavel_bin, &dir.path().join("embedded"), &rust_plugins(), tuning).await?;
     let ((e, e_lo, e_hi), e_cpu) = settle_runs(&[&embedded], sizes.runs, sizes.items, 1).await?;
     let ((eb, eb_lo, eb_hi), eb_cpu) = settle_runs(&[&embedded], sizes.runs, sizes.items, 100).await?;

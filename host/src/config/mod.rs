@@ -382,8 +382,8 @@ impl Default for EvaluationConfig {
             },
         );
         EvaluationConfig {
-            concurrency: 64,
-            batch: 32,
+            concurrency: 512,
+            batch: 256,
             threads: 0,
             fail_closed: false,
             debounce: Debounce::default(),
