@@ -184,8 +184,11 @@ macro_rules! impl_plugin_history {
                 async fn plugin_figures(&self, digest: &str) -> StoreResult<PluginFigures> {
                     // Aggregated in the database over the window, from the
                     // covering index: a few rows cross to the host, not 10,000.
+                    // A digest is one version's code (its info() names it),
+                    // so one `plugin_refs` row: compared with `=`, the index
+                    // gives the newest decisions in order (`IN` would sort them all).
                     const WINDOW: &str = "(SELECT outcome, verdict, duration_us FROM decisions \
-                                          WHERE plugin_ref IN (SELECT id FROM plugin_refs WHERE digest = $1) \
+                                          WHERE plugin_ref = (SELECT MIN(id) FROM plugin_refs WHERE digest = $1) \
                                           ORDER BY id DESC LIMIT $2) latest";
                     let groups = sqlx::query_as::<_, (String, Option<String>, i64)>(&format!(
                         "SELECT outcome, verdict, COUNT(*) FROM {WINDOW} GROUP BY outcome, verdict"
@@ -198,7 +201,7 @@ macro_rules! impl_plugin_history {
                     // month of actions, from the partial index of actions.
                     let actions = sqlx::query_as::<_, (i64, i64)>(&format!(
                         "SELECT COUNT(*), COALESCE(SUM(CASE WHEN reversed_at IS NOT NULL THEN 1 ELSE 0 END), 0) \
-                         FROM decisions WHERE plugin_ref IN (SELECT id FROM plugin_refs WHERE digest = $1) \
+                         FROM decisions WHERE plugin_ref = (SELECT MIN(id) FROM plugin_refs WHERE digest = $1) \
                          AND created_at >= {} - $2 AND applied \
                          AND verdict IN ('flag', 'hold', 'reject')",
                         <$store as Dialect>::NOW_MS
@@ -226,7 +229,7 @@ macro_rules! impl_plugin_history {
                     let rows = sqlx::query_as::<_, (i64, i64, i64)>(
                         "SELECT (created_at / $3) * $3 AS day, COUNT(*), \
                          COALESCE(SUM(CASE WHEN reversed_at IS NOT NULL THEN 1 ELSE 0 END), 0) FROM decisions \
-                         WHERE plugin_ref IN (SELECT id FROM plugin_refs WHERE digest = $1) \
+                         WHERE plugin_ref = (SELECT MIN(id) FROM plugin_refs WHERE digest = $1) \
                          AND created_at >= $2 AND applied \
                          AND verdict IN ('flag', 'hold', 'reject') GROUP BY day ORDER BY day",
                     )
