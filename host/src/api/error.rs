@@ -86,6 +86,23 @@ impl From<crate::store::StoreError> for ApiError {
     }
 }
 
+impl ApiError {
+    /// The error as a batch entry's result: its status and the body its
+    /// single request would have had.
+    pub fn into_batch_result(self) -> super::submit::BatchResult {
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code.to_string(),
+                message: self.message,
+            },
+        };
+        super::submit::BatchResult {
+            status: self.status.as_u16(),
+            body: serde_json::to_value(body).expect("an error body serializes"),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = ErrorBody {

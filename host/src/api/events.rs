@@ -45,6 +45,14 @@ pub struct EventResponse {
     pub scheduled_for: i64,
 }
 
+fn event_response(a: &EventAppended) -> EventResponse {
+    EventResponse {
+        item: a.item_id.clone(),
+        event_seq: a.event_seq,
+        scheduled_for: a.needs_eval_since,
+    }
+}
+
 fn event_body(a: &EventAppended) -> String {
     serde_json::to_string(&EventResponse {
         item: a.item_id.clone(),
@@ -71,7 +79,8 @@ struct Prepared {
 }
 
 /// Validation, the client's rate limit and the key claim; `Err` is the
-/// answer to send instead. The item must exist and be the caller's.
+/// answer to send instead. The item must exist and be the caller's: the
+/// store's write decides (another client's item is not found).
 async fn prepare(
     state: &AppState,
     caller: &Caller,
@@ -101,6 +110,7 @@ async fn prepare(
             actor: req.actor,
             fingerprint: req.text.as_deref().map(fingerprint),
             text: req.text,
+            owner: (!caller.may_read_all()).then(|| caller.name.clone()),
             now: now_ms(),
         },
         key: key.as_ref().map(|k| k.completion(StatusCode::ACCEPTED)),
@@ -109,15 +119,13 @@ async fn prepare(
     Ok(Prepared { write, key })
 }
 
-/// The answer to a stored event; with `schedule`, the item is queued too
-/// (a batch queues each of its items once, after every entry).
-async fn finish(
+/// What a stored event answers: the appended event, or the error its
+/// request gets (a failed write releases its key).
+async fn settle(
     state: &AppState,
-    kind: EventKind,
     key: Option<ClaimedKey>,
     outcome: StoreResult<EventOutcome>,
-    schedule: bool,
-) -> Result<Response, ApiError> {
+) -> Result<EventAppended, ApiError> {
     let outcome = match outcome {
         Ok(o) => o,
         Err(e) => {
@@ -128,12 +136,7 @@ async fn finish(
         }
     };
     match outcome {
-        EventOutcome::Appended(a) => {
-            if schedule {
-                state.scheduler.schedule(&a.item_id, kind.as_str()).await;
-            }
-            Ok(super::json_response(StatusCode::ACCEPTED, event_body(&a)))
-        }
+        EventOutcome::Appended(a) => Ok(a),
         EventOutcome::NotFound => Err(ApiError::not_found("item")),
         EventOutcome::Deleted => Err(ApiError::conflict("item_deleted", "the item is deleted")),
         EventOutcome::KeyLost => Err(ApiError::conflict(
@@ -141,20 +144,6 @@ async fn finish(
             "this request held its Idempotency-Key past the lock time and a retry took it over; the retry's result stands",
         )),
     }
-}
-
-/// Whether `caller` may add events to each item (its own, or any for a moderator).
-async fn readable(state: &AppState, caller: &Caller, ids: &[&str]) -> Result<HashMap<String, bool>, ApiError> {
-    Ok(state
-        .store
-        .items(ids)
-        .await?
-        .into_iter()
-        .map(|i| {
-            let ok = caller.may_read(&i.client);
-            (i.id, ok)
-        })
-        .collect())
 }
 
 /// Record an interaction (vote, flag, report, edit).
@@ -179,21 +168,15 @@ pub async fn append_event(
 ) -> Result<Response, ApiError> {
     validate::path_id("id", &id)?;
     let key = idempotency_key(&headers)?;
-    if !readable(&state, &caller, &[&id])
-        .await?
-        .get(&id)
-        .copied()
-        .unwrap_or(false)
-    {
-        return Err(ApiError::not_found("item"));
-    }
     let kind = req.kind;
     let prepared = match prepare(&state, &caller, &id, req, key).await {
         Ok(p) => p,
         Err(answer) => return Ok(answer),
     };
     let outcome = state.writes.append_event(prepared.write).await;
-    finish(&state, kind, prepared.key, outcome, true).await
+    let appended = settle(&state, prepared.key, outcome).await?;
+    state.scheduler.schedule(&appended.item_id, kind.as_str()).await;
+    Ok(super::json_response(StatusCode::ACCEPTED, event_body(&appended)))
 }
 
 /// Up to this many events in one batch request.
@@ -254,24 +237,11 @@ pub async fn append_batch(
             format!("`events` must hold 1-{MAX_BATCH_EVENTS} events"),
         ));
     }
-    let mut ids: Vec<&str> = batch
-        .events
-        .iter()
-        .map(|e| e.item.as_str())
-        .filter(|id| validate::path_id("item", id).is_ok())
-        .collect();
-    ids.sort_unstable();
-    ids.dedup();
-    let readable = readable(&state, &caller, &ids).await?;
-    let mut answers: Vec<Option<Response>> = Vec::with_capacity(batch.events.len());
+    let mut answers: Vec<Option<BatchResult>> = Vec::with_capacity(batch.events.len());
     let mut prepared = Vec::new();
     for (i, entry) in batch.events.into_iter().enumerate() {
         if let Err(e) = validate::identifier("item", &entry.item, 256) {
-            answers.push(Some(e.into_response()));
-            continue;
-        }
-        if !readable.get(&entry.item).copied().unwrap_or(false) {
-            answers.push(Some(ApiError::not_found("item").into_response()));
+            answers.push(Some(e.into_batch_result()));
             continue;
         }
         let key = match entry
@@ -282,7 +252,7 @@ pub async fn append_batch(
         {
             Ok(k) => k,
             Err(e) => {
-                answers.push(Some(e.into_response()));
+                answers.push(Some(e.into_batch_result()));
                 continue;
             }
         };
@@ -298,28 +268,33 @@ pub async fn append_batch(
                 prepared.push((i, kind, p));
                 answers.push(None);
             }
-            Err(answer) => answers.push(Some(answer)),
+            // A refusal before the write (rate limit, key replay or conflict).
+            Err(answer) => answers.push(Some(batch_result(answer).await)),
         }
     }
     let (meta, writes): (Vec<_>, Vec<_>) = prepared.into_iter().map(|(i, k, p)| ((i, k, p.key), p.write)).unzip();
     let outcomes = state.writes.append_events(writes).await;
     let mut scheduled: HashMap<String, EventKind> = HashMap::new();
     for ((i, kind, key), outcome) in meta.into_iter().zip(outcomes) {
-        if let Ok(EventOutcome::Appended(a)) = &outcome {
-            scheduled.entry(a.item_id.clone()).or_insert(kind);
-        }
-        answers[i] = Some(
-            finish(&state, kind, key, outcome, false)
-                .await
-                .unwrap_or_else(IntoResponse::into_response),
-        );
+        answers[i] = Some(match settle(&state, key, outcome).await {
+            Ok(a) => {
+                let result = BatchResult {
+                    status: StatusCode::ACCEPTED.as_u16(),
+                    body: serde_json::to_value(event_response(&a)).expect("an event response serializes"),
+                };
+                scheduled.entry(a.item_id).or_insert(kind);
+                result
+            }
+            Err(e) => e.into_batch_result(),
+        });
     }
+    // Each item queued once, after every entry.
     for (item, kind) in scheduled {
         state.scheduler.schedule(&item, kind.as_str()).await;
     }
-    let mut results = Vec::with_capacity(answers.len());
-    for answer in answers {
-        results.push(batch_result(answer.expect("every entry answered")).await);
-    }
+    let results = answers
+        .into_iter()
+        .map(|a| a.expect("every entry answered"))
+        .collect();
     Ok(Json(EventBatchResults { results }))
 }

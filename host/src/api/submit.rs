@@ -296,6 +296,21 @@ pub(super) async fn finish(
     key: Option<ClaimedKey>,
     outcome: StoreResult<CreateOutcome>,
 ) -> Result<Response, ApiError> {
+    let item = settle(state, req_external_id, key, outcome).await?;
+    let mut response = super::json_response(StatusCode::ACCEPTED, submit_body(&item));
+    // For the submission-outcome metric.
+    response.extensions_mut().insert(item.status);
+    Ok(response)
+}
+
+/// After the write: the item stored (queued for its evaluation), or the
+/// error its request gets (a failed write releases its key).
+async fn settle(
+    state: &AppState,
+    req_external_id: Option<&str>,
+    key: Option<ClaimedKey>,
+    outcome: StoreResult<CreateOutcome>,
+) -> Result<Item, ApiError> {
     let outcome = match outcome {
         Ok(o) => o,
         Err(e) => {
@@ -324,10 +339,7 @@ pub(super) async fn finish(
                 state.metrics.fingerprint_duplicates.inc();
             }
             tracing::info!(item = %item.id, status = %item.status, %cause, "item accepted");
-            let mut response = super::json_response(StatusCode::ACCEPTED, submit_body(&item));
-            // For the submission-outcome metric.
-            response.extensions_mut().insert(item.status);
-            Ok(response)
+            Ok(item)
         }
         CreateOutcome::DuplicateExternalId { existing_id } => Err(ApiError::conflict(
             "duplicate_external_id",
@@ -536,15 +548,39 @@ pub async fn submit_batch(
             .map(|(i, ext, p)| ((i, ext, p.key), p.write))
             .unzip();
         let outcomes = state.writes.create_items(writes).await;
-        for ((i, ext, key), outcome) in meta.into_iter().zip(outcomes) {
-            let result = finish(&state, ext.as_deref(), key, outcome).await;
-            state.metrics.submission(submission_outcome(&result));
-            answers[i] = Some(result.unwrap_or_else(IntoResponse::into_response));
-        }
-        let mut results = Vec::with_capacity(answers.len());
+        let mut results: Vec<Option<BatchResult>> = Vec::with_capacity(answers.len());
         for answer in answers {
-            results.push(batch_result(answer.expect("every entry answered")).await);
+            // A refusal before the write (validation, limits, a key replay).
+            results.push(match answer {
+                Some(answer) => Some(batch_result(answer).await),
+                None => None,
+            });
         }
+        for ((i, ext, key), outcome) in meta.into_iter().zip(outcomes) {
+            results[i] = Some(match settle(&state, ext.as_deref(), key, outcome).await {
+                Ok(item) => {
+                    state.metrics.submission(match item.status {
+                        ItemStatus::Rejected => "rejected_sync",
+                        ItemStatus::HeldForReview => "held_sync",
+                        _ => "accepted",
+                    });
+                    BatchResult {
+                        status: StatusCode::ACCEPTED.as_u16(),
+                        body: serde_json::to_value(SubmitResponse {
+                            id: item.id,
+                            status: item.status,
+                            version: item.version,
+                        })
+                        .expect("a submission response serializes"),
+                    }
+                }
+                Err(e) => {
+                    state.metrics.submission(submission_outcome(&Err(e.clone())));
+                    e.into_batch_result()
+                }
+            });
+        }
+        let results = results.into_iter().map(|r| r.expect("every entry answered")).collect();
         Ok(Json(BatchResults { results }))
     }
     .instrument(span)

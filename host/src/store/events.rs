@@ -17,6 +17,10 @@ pub struct NewEvent {
     pub text: Option<String>,
     /// New fingerprint, for `edit`.
     pub fingerprint: Option<String>,
+    /// Only an item of this client takes the event (a client token's own
+    /// items); `None`: any item (a moderator). Another client's item is
+    /// [`EventOutcome::NotFound`], decided in the write itself.
+    pub owner: Option<String>,
     pub now: Millis,
 }
 
@@ -54,7 +58,8 @@ pub enum EventOutcome {
 #[async_trait::async_trait]
 pub trait Events: Send + Sync {
     /// Appends each event in one transaction: the event row, its counter,
-    /// the item marked for evaluation, the response of its key.
+    /// the item marked for evaluation, the response of its key. An item
+    /// that is not the event's `owner`'s is not found.
     async fn append_events(&self, batch: &[EventWrite]) -> StoreResult<Vec<EventOutcome>>;
 }
 
@@ -75,7 +80,7 @@ macro_rules! impl_events {
             /// items that are not deleted.
             async fn bump_items(
                 tx: &mut txn::Tx<'_>,
-                counts: &[(&str, i64, Millis)],
+                counts: &[(&str, i64, Millis, Option<&str>)],
             ) -> StoreResult<HashMap<String, (i64, Millis)>> {
                 let mut bumped = HashMap::new();
                 let mut rest = counts;
@@ -84,16 +89,17 @@ macro_rules! impl_events {
                     rest = tail;
                     let sql = STATEMENTS.get("bump", size, |n| {
                         format!(
-                            "WITH v (id, n, now) AS (VALUES {}) UPDATE items SET event_seq = items.event_seq + v.n, \
+                            "WITH v (id, n, now, owner) AS (VALUES {}) UPDATE items SET event_seq = items.event_seq + v.n, \
                              needs_eval_since = COALESCE(items.needs_eval_since, v.now) FROM v \
                              WHERE items.id = v.id AND items.status <> 'deleted' \
+                             AND (v.owner IS NULL OR items.client = v.owner) \
                              RETURNING items.id, items.event_seq, items.needs_eval_since",
-                            values(n, 3)
+                            values(n, 4)
                         )
                     });
                     let mut q = sqlx::query_as::<_, (String, i64, Option<i64>)>(sql);
-                    for (id, n, now) in chunk {
-                        q = q.bind(*id).bind(*n).bind(*now);
+                    for (id, n, now, owner) in chunk {
+                        q = q.bind(*id).bind(*n).bind(*now).bind(*owner);
                     }
                     for (id, seq, since) in q.fetch_all(&mut **tx).await? {
                         bumped.insert(id, (seq, since.unwrap_or_default()));
@@ -125,7 +131,7 @@ macro_rules! impl_events {
                 batch: &'b [EventWrite],
                 live: &[bool],
             ) -> StoreResult<(Vec<EventOutcome>, Vec<(&'b NewEvent, i64)>)> {
-                let mut per_item: Vec<(&str, i64, Millis)> = Vec::new();
+                let mut per_item: Vec<(&str, i64, Millis, Option<&str>)> = Vec::new();
                 let mut index: HashMap<&str, usize> = HashMap::new();
                 for (w, _) in batch.iter().zip(live).filter(|(_, l)| **l) {
                     let e = &w.event;
@@ -133,7 +139,7 @@ macro_rules! impl_events {
                         Some(&at) => per_item[at].1 += 1,
                         None => {
                             index.insert(&e.item_id, per_item.len());
-                            per_item.push((&e.item_id, 1, e.now));
+                            per_item.push((&e.item_id, 1, e.now, e.owner.as_deref()));
                         }
                     }
                 }
@@ -147,14 +153,17 @@ macro_rules! impl_events {
                     .map(|(id, ..)| *id)
                     .filter(|id| !bumped.contains_key(*id))
                     .collect();
+                // Missing from the bump: deleted, or not there for this owner.
+                let owners: HashMap<&str, Option<&str>> = per_item.iter().map(|(id, _, _, o)| (*id, *o)).collect();
                 let deleted: HashSet<String> = txn::read_items(&mut **tx, &missing)
                     .await?
                     .into_iter()
+                    .filter(|i| owners.get(i.id.as_str()).copied().flatten().is_none_or(|o| o == i.client))
                     .map(|i| i.id)
                     .collect();
                 let mut next_seq: HashMap<&str, i64> = per_item
                     .iter()
-                    .filter_map(|(id, n, _)| bumped.get(*id).map(|(s, _)| (*id, s - n + 1)))
+                    .filter_map(|(id, n, ..)| bumped.get(*id).map(|(s, _)| (*id, s - n + 1)))
                     .collect();
                 let mut outcomes = Vec::with_capacity(batch.len());
                 let mut events = Vec::with_capacity(batch.len());

@@ -72,6 +72,7 @@ fn event(id: &str, kind: EventKind, actor: &str) -> EventWrite {
             actor: actor.into(),
             text: None,
             fingerprint: None,
+            owner: None,
             now: now_ms(),
         },
         key: None,

@@ -18,15 +18,22 @@ pub(super) fn append_event(conn: &Connection, w: &EventWrite) -> StoreResult<Eve
     let bumped: Option<(i64, Option<i64>)> = conn
         .prepare_cached(
             "UPDATE items SET event_seq = event_seq + 1, needs_eval_since = COALESCE(needs_eval_since, ?2) \
-             WHERE id = ?1 AND status <> 'deleted' RETURNING event_seq, needs_eval_since",
+             WHERE id = ?1 AND status <> 'deleted' AND (?3 IS NULL OR client = ?3) \
+             RETURNING event_seq, needs_eval_since",
         )?
-        .query_row(params![e.item_id, e.now], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row(params![e.item_id, e.now, e.owner], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
     let Some((seq, since)) = bumped else {
         if let Some(k) = &w.key {
             records::release_key(conn, k)?;
         }
-        return Ok(if records::item_exists(conn, &e.item_id)? {
+        let client: Option<String> = conn
+            .prepare_cached("SELECT client FROM items WHERE id = ?1")?
+            .query_row(params![e.item_id], |r| r.get(0))
+            .optional()?;
+        // Another client's item is not there for this one.
+        let visible = client.is_some_and(|c| e.owner.as_ref().is_none_or(|o| *o == c));
+        return Ok(if visible {
             EventOutcome::Deleted
         } else {
             EventOutcome::NotFound

@@ -201,12 +201,3 @@ pub(super) fn settle_provider_requests(
     }
     Ok(())
 }
-
-/// Whether an item exists (in any status).
-pub(super) fn item_exists(conn: &Connection, id: &str) -> StoreResult<bool> {
-    Ok(conn
-        .prepare_cached("SELECT 1 FROM items WHERE id = ?1")?
-        .query_row(params![id], |_| Ok(()))
-        .optional()?
-        .is_some())
-}
