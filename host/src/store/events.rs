@@ -230,49 +230,13 @@ macro_rules! impl_events {
                 Ok(())
             }
 
-            /// Adds the events to their items' counters, in the transaction
-            /// that inserts them, summed per (item, kind) so each counter
-            /// row is written once per statement.
-            async fn add_counters(tx: &mut txn::Tx<'_>, events: &[(&NewEvent, i64)]) -> StoreResult<()> {
-                let mut sums: Vec<((&str, &str), i64)> = Vec::new();
-                let mut index: HashMap<(&str, &str), usize> = HashMap::new();
-                for (e, _) in events {
-                    let k = (e.item_id.as_str(), e.kind.as_str());
-                    match index.get(&k) {
-                        Some(&at) => sums[at].1 += 1,
-                        None => {
-                            index.insert(k, sums.len());
-                            sums.push((k, 1));
-                        }
-                    }
-                }
-                sums.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-                let mut rest = &sums[..];
-                for size in chunk_sizes(sums.len()) {
-                    let (chunk, tail) = rest.split_at(size);
-                    rest = tail;
-                    let sql = STATEMENTS.get("counters", size, |n| {
-                        format!(
-                            "INSERT INTO counters (item_id, name, value) VALUES {} ON CONFLICT (item_id, name) \
-                             DO UPDATE SET value = counters.value + excluded.value",
-                            values(n, 3)
-                        )
-                    });
-                    let mut q = sqlx::query(sql);
-                    for ((item, name), n) in chunk {
-                        q = q.bind(*item).bind(*name).bind(*n);
-                    }
-                    q.execute(&mut **tx).await?;
-                }
-                Ok(())
-            }
-
             async fn append_in(tx: &mut txn::Tx<'_>, batch: &[EventWrite]) -> StoreResult<Vec<EventOutcome>> {
                 let live = live_writes(tx, batch).await?;
                 let (outcomes, events) = sequence(tx, batch, &live).await?;
                 apply_edits(tx, &events).await?;
+                // Which counts them too (the `events_counted` trigger,
+                // migrations/*/0014_counters_from_events.sql).
                 insert_events(tx, &events).await?;
-                add_counters(tx, &events).await?;
                 let mut responses: Vec<(&str, &str, u16, String)> = Vec::new();
                 let mut released = Vec::new();
                 for (w, o) in batch.iter().zip(&outcomes) {

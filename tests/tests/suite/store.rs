@@ -915,6 +915,44 @@ async fn batched_events_each_count_once(setup: Setup) {
     );
 }
 
+/// An item's counters are derived from its stored events, whatever
+/// statement stores them: events appended through the store and one
+/// inserted with plain SQL are all counted, per kind, and the counters sum
+/// to the events stored.
+async fn counters_are_derived_from_the_events_stored(setup: Setup) {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let url = setup.database_url(dir.path()).await;
+    let store = gavel::store::open_url(&url, 4).await.unwrap();
+    create(&store, "item-counted").await;
+    append(&store, "item-counted", EventKind::Flag, "a").await;
+    store
+        .append_events(&[
+            event("item-counted", EventKind::Flag, "b"),
+            event("item-counted", EventKind::Upvote, "c"),
+        ])
+        .await
+        .unwrap();
+    let insert = "INSERT INTO events (item_id, seq, kind, actor, payload, created_at) \
+                  VALUES ('item-counted', 4, 'report', 'direct', NULL, 0)";
+    if url.starts_with("postgres") {
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        sqlx::query(insert).execute(&mut conn).await.unwrap();
+    } else {
+        let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        sqlx::query(insert).execute(&mut conn).await.unwrap();
+    }
+    let data = snapshot(&store, "item-counted").await;
+    assert_eq!(
+        data.counters,
+        vec![
+            ("flag".to_string(), 2),
+            ("report".to_string(), 1),
+            ("upvote".to_string(), 1)
+        ]
+    );
+}
+
 /// Group commit: a batch of evaluation commits keeps every fence; a stale
 /// one in the middle writes nothing and the others apply.
 async fn batched_evaluation_commits_are_each_fenced(setup: Setup) {
@@ -1330,6 +1368,7 @@ gavel_tests::both!(
     batched_submissions_keep_each_outcome,
     duplicate_text_is_counted_inside_the_transaction,
     batched_events_each_count_once,
+    counters_are_derived_from_the_events_stored,
     batched_evaluation_commits_are_each_fenced,
     a_failing_write_fails_alone_in_a_group_commit,
     retention_deletes_only_what_is_past_its_time,

@@ -20,72 +20,72 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 /// commit only while the version and round hold. Anything else is `Stale`
 /// and writes nothing.
 pub(super) fn commit_evaluation(conn: &Connection, c: &EvaluationCommit) -> StoreResult<CommitOutcome> {
-    let outcome = match c.to {
-        Some(to) => {
-            let version: Option<i64> = conn
-                .prepare_cached(
-                    "UPDATE items SET status = ?6, version = version + 1, decided_by = 'rules', updated_at = ?7, \
+    let outcome =
+        match c.to {
+            Some(to) => {
+                let version: Option<i64> = conn
+                    .prepare_cached(
+                        "UPDATE items SET status = ?6, version = version + 1, decided_by = 'rules', updated_at = ?7, \
                      needs_eval_since = CASE WHEN event_seq = ?3 THEN NULL ELSE needs_eval_since END, \
                      evaluated_seq = ?3, eval_round = eval_round + 1 \
                      WHERE id = ?1 AND version = ?2 AND status = ?5 AND eval_round = ?4 \
                      AND (decided_by IS NULL OR decided_by <> 'moderator') RETURNING version",
-                )?
-                .query_row(
-                    params![
-                        c.item_id,
-                        c.snapshot_version,
-                        c.snapshot_event_seq,
-                        c.snapshot_round,
-                        c.from.as_str(),
-                        to.as_str(),
-                        c.now
-                    ],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            let Some(version) = version else {
-                return Ok(CommitOutcome::Stale);
-            };
-            records::insert_transition(
-                conn,
-                &NewTransition {
-                    item_id: &c.item_id,
-                    from: c.from,
-                    to,
-                    version,
-                    cause: Cause::Evaluation,
-                    actor: Actor::Rules,
-                    actor_name: None,
-                    actor_note: None,
-                    reason: &c.reason,
-                    correlation_id: &c.correlation_id,
-                    now: c.now,
-                },
-            )?;
-            if c.handoff.is_some() || c.from == ItemStatus::AwaitingProvider {
-                let handoff = c.handoff.as_ref().filter(|_| to == ItemStatus::AwaitingProvider);
-                records::settle_provider_requests(conn, &c.item_id, c.from, version, handoff, c.now)?;
+                    )?
+                    .query_row(
+                        params![
+                            c.item_id,
+                            c.snapshot_version,
+                            c.snapshot_event_seq,
+                            c.snapshot_round,
+                            c.from.as_str(),
+                            to.as_str(),
+                            c.now
+                        ],
+                        |r| r.get(0),
+                    )
+                    .optional()?;
+                let Some(version) = version else {
+                    return Ok(CommitOutcome::Stale);
+                };
+                records::insert_transition(
+                    conn,
+                    &NewTransition {
+                        item_id: &c.item_id,
+                        from: c.from,
+                        to,
+                        version,
+                        cause: Cause::Evaluation,
+                        actor: Actor::Rules,
+                        actor_name: None,
+                        actor_note: None,
+                        reason: &c.reason,
+                        correlation_id: &c.correlation_id,
+                        now: c.now,
+                    },
+                )?;
+                if c.handoff.is_some() || c.from == ItemStatus::AwaitingProvider {
+                    let handoff = c.handoff.as_ref().filter(|_| to == ItemStatus::AwaitingProvider);
+                    records::settle_provider_requests(conn, &c.item_id, c.from, version, handoff, c.now)?;
+                }
+                CommitOutcome::Transitioned { version }
             }
-            CommitOutcome::Transitioned { version }
-        }
-        None => {
-            let n = conn
+            None => {
+                let n = conn
                 .prepare_cached(
                     "UPDATE items SET needs_eval_since = CASE WHEN event_seq = ?3 THEN NULL ELSE needs_eval_since END, \
                      evaluated_seq = ?3, eval_round = eval_round + 1 \
                      WHERE id = ?1 AND version = ?2 AND eval_round = ?4",
                 )?
                 .execute(params![c.item_id, c.snapshot_version, c.snapshot_event_seq, c.snapshot_round])?;
-            if n == 0 {
-                return Ok(CommitOutcome::Stale);
+                if n == 0 {
+                    return Ok(CommitOutcome::Stale);
+                }
+                CommitOutcome::Recorded
             }
-            CommitOutcome::Recorded
-        }
-    };
+        };
     records::insert_decisions(conn, &c.item_id, c.snapshot_version, &c.decisions)?;
     Ok(outcome)
 }
-
 
 const ITEM_COLUMNS: &str = "id, client, external_id, kind, author, body, context, fingerprint, status, version, \
      decided_by, sync_verdict, needs_eval_since, event_seq, evaluated_seq, eval_round, content_version, created_at, \
@@ -141,7 +141,9 @@ fn snapshot(conn: &Connection, id: &str, w: SnapshotWindows) -> StoreResult<Opti
         conn.prepare_cached(
             "SELECT kind, actor, created_at FROM events WHERE item_id = ?1 AND seq > ?2 ORDER BY seq DESC LIMIT 64",
         )?
-        .query_map(params![id, item.evaluated_seq], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .query_map(params![id, item.evaluated_seq], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })?
         .collect::<rusqlite::Result<Vec<(String, String, Millis)>>>()?
     } else {
         Vec::new()
@@ -157,12 +159,15 @@ fn snapshot(conn: &Connection, id: &str, w: SnapshotWindows) -> StoreResult<Opti
              COALESCE(SUM(CASE WHEN created_at >= ?4 AND status = 'rejected' THEN 1 ELSE 0 END), 0) \
              FROM items WHERE client = ?1 AND author = ?2",
         )?
-        .query_row(params![item.client, item.author, w.author_since, w.standing_since], |r| {
-            Ok([r.get::<_, i64>(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?])
-        })?;
+        .query_row(
+            params![item.client, item.author, w.author_since, w.standing_since],
+            |r| Ok([r.get::<_, i64>(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?]),
+        )?;
     let account: Option<(Option<String>, Option<f64>, Option<i64>)> = conn
         .prepare_cached("SELECT status, strikes, first_seen FROM authors WHERE client = ?1 AND author = ?2")?
-        .query_row(params![item.client, item.author], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .query_row(params![item.client, item.author], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
         .optional()?;
     let duplicate_count: i64 = conn
         .prepare_cached(
@@ -177,7 +182,11 @@ fn snapshot(conn: &Connection, id: &str, w: SnapshotWindows) -> StoreResult<Opti
     let own = |yes: bool| i64::from(yes);
     let in_standing = item.created_at >= w.standing_since;
     let (state, strikes, first_seen) = account.unwrap_or_default();
-    let (state, strikes, first_seen) = (state.unwrap_or_default(), strikes.unwrap_or(0.0), first_seen.unwrap_or(0));
+    let (state, strikes, first_seen) = (
+        state.unwrap_or_default(),
+        strikes.unwrap_or(0.0),
+        first_seen.unwrap_or(0),
+    );
     Ok(Some(SnapshotData {
         counters,
         author_recent_items: figures[0] - own(item.created_at >= w.author_since),

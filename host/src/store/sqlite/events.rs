@@ -1,7 +1,7 @@
 //! Events on the writer thread: each event bumps its item's sequence (the
-//! number it gets), marks the item for evaluation, is inserted with that
-//! number and added to its counter, with its key's response, in a
-//! savepoint of its own.
+//! number it gets), marks the item for evaluation and is inserted with
+//! that number (which counts it), with its key's response, in a savepoint
+//! of its own.
 
 use super::records;
 use crate::store::{EventAppended, EventOutcome, EventWrite, StoreResult};
@@ -46,15 +46,12 @@ pub(super) fn append_event(conn: &Connection, w: &EventWrite) -> StoreResult<Eve
         )?
         .execute(params![e.item_id, text, e.fingerprint.as_deref().unwrap_or_default()])?;
     }
+    // The insert counts the event too (the `events_counted` trigger,
+    // migrations/sqlite/0014_counters_from_events.sql).
     conn.prepare_cached(
         "INSERT INTO events (item_id, seq, kind, actor, payload, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?
     .execute(params![e.item_id, seq, e.kind.as_str(), e.actor, e.text, e.now])?;
-    conn.prepare_cached(
-        "INSERT INTO counters (item_id, name, value) VALUES (?1, ?2, 1) \
-         ON CONFLICT (item_id, name) DO UPDATE SET value = counters.value + 1",
-    )?
-    .execute(params![e.item_id, e.kind.as_str()])?;
     let appended = EventAppended {
         item_id: e.item_id.clone(),
         event_seq: seq,
@@ -65,4 +62,3 @@ pub(super) fn append_event(conn: &Connection, w: &EventWrite) -> StoreResult<Eve
     }
     Ok(EventOutcome::Appended(appended))
 }
-

@@ -42,7 +42,9 @@ pub(super) fn start(conn: &Connection, c: &IdempotencyClaim, token: &str) -> Sto
             "SELECT request_hash, state, response_status, response_body FROM idempotency_keys \
              WHERE scope = ?1 AND key = ?2",
         )?
-        .query_row(params![c.scope, c.key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .query_row(params![c.scope, c.key], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })
         .optional()?;
     let Some((hash, state, status, body)) = row else {
         // Not reachable in one transaction; a retry starts afresh.

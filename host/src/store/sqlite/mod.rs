@@ -27,8 +27,8 @@ mod evaluations;
 mod events;
 mod idempotency;
 mod reader;
-mod submissions;
 mod records;
+mod submissions;
 mod writer;
 
 pub use writer::Turn;
@@ -208,7 +208,10 @@ fn writer_connection(path: &Path, synchronous: Synchronous) -> anyhow::Result<Co
         WRITER_CACHE_KIB,
     )?;
     let journal: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
-    anyhow::ensure!(journal.eq_ignore_ascii_case("wal"), "SQLite refused WAL mode ({journal})");
+    anyhow::ensure!(
+        journal.eq_ignore_ascii_case("wal"),
+        "SQLite refused WAL mode ({journal})"
+    );
     conn.pragma_update(None, "synchronous", synchronous.pragma())?;
     let level: i64 = conn.pragma_query_value(None, "synchronous", |r| r.get(0))?;
     let wanted = match synchronous {
@@ -516,7 +519,10 @@ impl super::Evaluations for SqliteStore {
         let commits = batch.to_vec();
         self.writer
             .write(Kind::Evaluations, commits.len(), move |conn, _| {
-                commits.iter().map(|c| evaluations::commit_evaluation(conn, c)).collect()
+                commits
+                    .iter()
+                    .map(|c| evaluations::commit_evaluation(conn, c))
+                    .collect()
             })
             .await
     }
@@ -535,7 +541,9 @@ impl super::Idempotency for SqliteStore {
     async fn idempotency_release(&self, scope: &str, key: &str, token: &str) -> StoreResult<()> {
         let (scope, key, token) = (scope.to_string(), key.to_string(), token.to_string());
         self.writer
-            .write(Kind::Keys, 1, move |conn, _| idempotency::release(conn, &scope, &key, &token))
+            .write(Kind::Keys, 1, move |conn, _| {
+                idempotency::release(conn, &scope, &key, &token)
+            })
             .await
     }
 }

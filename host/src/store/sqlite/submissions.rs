@@ -38,7 +38,9 @@ pub(super) fn create_item(conn: &Connection, w: &ItemWrite) -> StoreResult<Creat
             "INSERT INTO authors (client, author, first_seen, last_seen, status) VALUES (?1, ?2, ?3, ?3, ?4) \
              ON CONFLICT (client, author) DO UPDATE SET last_seen = excluded.last_seen RETURNING status",
         )?
-        .query_row(params![it.client, it.author, it.now, w.standing.initial()], |r| r.get(0))?;
+        .query_row(params![it.client, it.author, it.now, w.standing.initial()], |r| {
+            r.get(0)
+        })?;
     let duplicates: i64 = conn
         .prepare_cached(
             "SELECT COUNT(*) FROM items WHERE client = ?1 AND author = ?2 AND fingerprint = ?3 AND created_at >= ?4",
@@ -123,4 +125,3 @@ pub(super) fn create_item(conn: &Connection, w: &ItemWrite) -> StoreResult<Creat
         cause: decision.cause,
     })
 }
-

@@ -81,7 +81,13 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    pub(crate) const ALL: [Kind; 5] = [Kind::Submissions, Kind::Events, Kind::Evaluations, Kind::Keys, Kind::Other];
+    pub(crate) const ALL: [Kind; 5] = [
+        Kind::Submissions,
+        Kind::Events,
+        Kind::Evaluations,
+        Kind::Keys,
+        Kind::Other,
+    ];
 
     pub(crate) fn as_str(self) -> &'static str {
         match self {
