@@ -119,6 +119,9 @@ metrics! {
     evaluations_in_flight: Gauge => "evaluations_in_flight", "Evaluations running in this process";
     /// Leases that expired while their evaluation ran (lease contention).
     leases_lost: Counter => "leases_lost", "Leases that expired during their evaluation";
+    /// Claims that answered with more items than asked (a coordinator
+    /// defect; the worker queues the excess again).
+    claims_over_limit: Counter => "claims_over_limit", "Claims that took more items than asked";
     /// Commits refused by the fence (an older snapshot, or the item moved on).
     stale_commits: Counter => "stale_commits", "Commits refused by the fence";
     /// Evaluations committed.

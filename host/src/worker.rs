@@ -266,13 +266,26 @@ impl Worker {
             )
             .await
             {
-                Ok(leases) if !leases.is_empty() => {
+                Ok(mut leases) if !leases.is_empty() => {
                     failures = 0;
+                    if leases.len() > free {
+                        // Waiting for permits the semaphore does not have
+                        // would stop this loop for good (a Redis claim once
+                        // took more than asked): hand the excess back.
+                        let excess = leases.split_off(free);
+                        self.parts.metrics.claims_over_limit.inc();
+                        tracing::error!(
+                            asked = free,
+                            excess = excess.len(),
+                            "the coordinator claimed more than asked"
+                        );
+                        self.hand_back(&excess).await;
+                    }
+                    // Only this loop takes permits and `free` were free.
                     let permit = permits
                         .clone()
-                        .acquire_many_owned(leases.len() as u32)
-                        .await
-                        .expect("the semaphore is never closed");
+                        .try_acquire_many_owned(leases.len() as u32)
+                        .expect("the claim took at most the free permits");
                     let w = self.clone();
                     inflight.spawn(async move {
                         w.process(leases).await;
@@ -295,6 +308,17 @@ impl Worker {
         }
         // Let the evaluations in flight commit: no half-done work at shutdown.
         while inflight.join_next().await.is_some() {}
+    }
+
+    /// Queues claimed items again at once and releases their leases,
+    /// unevaluated.
+    async fn hand_back(&self, leases: &[Lease]) {
+        for lease in leases {
+            self.reschedule(&lease.item, Schedule::At(now_ms())).await;
+        }
+        if let Err(e) = bounded("release_many", self.parts.coordinator.release_many(leases)).await {
+            tracing::warn!(leases = leases.len(), error = %e, "cannot release the leases; they expire by themselves");
+        }
     }
 
     async fn process(&self, leases: Vec<Lease>) {
@@ -563,7 +587,8 @@ impl Worker {
                 items
                     .into_par_iter()
                     .map(|(i, data)| {
-                        let span = tracing::info_span!("item.evaluate", item = %data.item.id, version = data.item.version);
+                        let span =
+                            tracing::info_span!("item.evaluate", item = %data.item.id, version = data.item.version);
                         let _enter = span.enter();
                         let max = registry.engine().limits().max_snapshot_bytes;
                         let mut snapshot = snapshot_of(&data, Phase::Async, now, max);

@@ -155,6 +155,32 @@ async fn concurrent_claims_are_disjoint(c: SharedCoordinator) {
     assert_eq!(unique.len(), 200, "no item claimed twice");
 }
 
+/// A claim never takes more than its limit (the worker's free evaluation
+/// slots; it would wait forever for slots it does not have), whatever the
+/// limit and wherever a partitioned queue's rotation stands, and every item
+/// is claimed exactly once.
+async fn a_claim_never_takes_more_than_its_limit(c: SharedCoordinator) {
+    let now = now_ms();
+    for i in 0..600 {
+        c.schedule(&format!("limit-{i:03}"), now, Schedule::At(now))
+            .await
+            .unwrap();
+    }
+    let mut claimed = HashSet::new();
+    for round in 0.. {
+        let limit = 1 + round % 13;
+        let got = c.claim_due(now, limit, TTL).await.unwrap();
+        assert!(got.len() <= limit, "asked for {limit}, took {}", got.len());
+        if got.is_empty() {
+            break;
+        }
+        for l in got {
+            assert!(claimed.insert(l.item), "claimed twice");
+        }
+    }
+    assert_eq!(claimed.len(), 600, "every item claimed");
+}
+
 /// A backlog: 20,000 due items claimed in batches of 64; the last claims
 /// are as quick as the first (none walks the whole queue), and every item
 /// is claimed exactly once.
@@ -242,6 +268,7 @@ mod conformance {
         one_evaluation_in_flight_and_one_follow_up,
         expired_leases_are_reclaimable,
         concurrent_claims_are_disjoint,
+        a_claim_never_takes_more_than_its_limit,
         a_long_queue_is_claimed_in_order_at_a_steady_cost,
     );
     gavel_tests::matrix!([embedded: Embedded, redis: Distributed, cluster: Cluster]
@@ -252,6 +279,7 @@ mod conformance {
         one_evaluation_in_flight_and_one_follow_up,
         expired_leases_are_reclaimable,
         concurrent_claims_are_disjoint,
+        a_claim_never_takes_more_than_its_limit,
         a_long_queue_is_claimed_in_order_at_a_steady_cost,
     );
 }
