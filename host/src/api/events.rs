@@ -292,9 +292,6 @@ pub async fn append_batch(
     for (item, kind) in scheduled {
         state.scheduler.schedule(&item, kind.as_str()).await;
     }
-    let results = answers
-        .into_iter()
-        .map(|a| a.expect("every entry answered"))
-        .collect();
+    let results = answers.into_iter().map(|a| a.expect("every entry answered")).collect();
     Ok(Json(EventBatchResults { results }))
 }

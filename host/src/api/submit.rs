@@ -117,7 +117,10 @@ pub(super) async fn prepare(
     correlation_id: String,
 ) -> Result<Prepared, Response> {
     let admitted = admit(state, caller, req, key, correlation_id).await?;
-    let sync = sync_rules(state, vec![admitted.item.clone()]).await.pop().unwrap_or_default();
+    let sync = sync_rules(state, vec![admitted.item.clone()])
+        .await
+        .pop()
+        .unwrap_or_default();
     Ok(prepared(state, admitted, sync))
 }
 

@@ -343,7 +343,8 @@ impl Coordinator for RedisCoordinator {
             let p = &self.partitions[p];
             let mut call = self.release_many.prepare_invoke();
             for &i in &at {
-                call.key(format!("{}{}", p.lease_prefix, leases[i].item)).arg(&leases[i].token);
+                call.key(format!("{}{}", p.lease_prefix, leases[i].item))
+                    .arg(&leases[i].token);
             }
             let released: Vec<i64> = call.invoke_async(&mut self.conn.clone()).await.map_err(unavailable)?;
             Ok::<_, CoordinatorError>(at.into_iter().zip(released).collect::<Vec<_>>())

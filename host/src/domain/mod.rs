@@ -199,7 +199,11 @@ pub(crate) mod check_constraints {
         let body = &body[..end];
         if let Some(list) = body.strip_prefix(&format!("{column} IN (")) {
             let list = list.strip_suffix(')').unwrap_or(list);
-            return Some(list.split(',').map(|s| s.trim().trim_matches('\'').to_string()).collect());
+            return Some(
+                list.split(',')
+                    .map(|s| s.trim().trim_matches('\'').to_string())
+                    .collect(),
+            );
         }
         body.split(" OR ")
             .map(|term| {

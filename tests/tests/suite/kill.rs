@@ -221,15 +221,22 @@ author_burst = 1000000
                     let r = http
                         .post(format!("{url}/v1/items"))
                         .bearer_auth(&client)
-                        .json(&json!({"external_id": external, "kind": "post", "author": format!("a{lane}"),
-                            "text": format!("round {round} lane {lane} post {n}")}))
+                        .json(
+                            &json!({"external_id": external, "kind": "post", "author": format!("a{lane}"),
+                            "text": format!("round {round} lane {lane} post {n}")}),
+                        )
                         .timeout(Duration::from_secs(10))
                         .send()
                         .await;
                     let answered = match r {
                         Ok(r) => {
                             assert_eq!(r.status(), 202, "{external}: {}", r.text().await.unwrap_or_default());
-                            Some(r.json::<serde_json::Value>().await.unwrap()["id"].as_str().unwrap().to_string())
+                            Some(
+                                r.json::<serde_json::Value>().await.unwrap()["id"]
+                                    .as_str()
+                                    .unwrap()
+                                    .to_string(),
+                            )
                         }
                         // The process was killed under the request.
                         Err(_) => None,
@@ -263,10 +270,16 @@ author_burst = 1000000
         .await
         .unwrap();
         db.close().await;
-        let stored: HashMap<String, (String, i64, i64)> =
-            stored.into_iter().map(|(e, id, audit, event)| (e, (id, audit, event))).collect();
+        let stored: HashMap<String, (String, i64, i64)> = stored
+            .into_iter()
+            .map(|(e, id, audit, event)| (e, (id, audit, event)))
+            .collect();
         for (external, (id, audit, event)) in &stored {
-            assert_eq!((*audit, *event), (1, 1), "{external} ({id}) is stored without its audit row and event");
+            assert_eq!(
+                (*audit, *event),
+                (1, 1),
+                "{external} ({id}) is stored without its audit row and event"
+            );
         }
         unanswered_but_stored = 0;
         for (external, answered) in sent.lock().unwrap().iter() {
