@@ -74,8 +74,11 @@ impl Synchronous {
 /// How long a connection waits for SQLite's write lock (the writer and a
 /// cold path's turn never contend; a rollback still in flight may).
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
-/// The writer's page cache (pages of the hot indexes stay in it).
-const WRITER_CACHE_KIB: i64 = 65_536;
+/// The writer's page cache (pages of the hot indexes stay in it; the rest
+/// of the file is read through mmap). SQLite walks the whole cache's hash
+/// table at the end of many of its transactions, so a bigger cache costs
+/// every commit.
+const WRITER_CACHE_KIB: i64 = 16_384;
 /// Readers' page caches: small, since a read after another connection's
 /// commit discards the whole cache (WAL mode), at a cost that grows with
 /// it; the database file itself is read through mmap.
@@ -101,6 +104,7 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Opens (creating if missing) the database at `url` and migrates it.
     pub async fn open(url: &str, max_read_connections: u32, synchronous: Synchronous) -> anyhow::Result<Self> {
+        without_memory_statistics();
         let options = SqliteConnectOptions::from_str(url)?
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
@@ -184,6 +188,24 @@ impl SqliteStore {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Turns SQLite's memory statistics off, process-wide, before its first
+/// use: with them on, every allocation SQLite makes takes one global mutex
+/// (shared by every connection's thread), which was most of the writer's
+/// lock traffic. gavel reads none of them. Once SQLite is initialised the
+/// setting can no longer change; a later call is a no-op.
+fn without_memory_statistics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: `sqlite3_config` before `sqlite3_initialize` is the
+        // documented way to set it; after, it returns SQLITE_MISUSE and
+        // changes nothing.
+        let rc = unsafe { rusqlite::ffi::sqlite3_config(rusqlite::ffi::SQLITE_CONFIG_MEMSTATUS, 0 as std::ffi::c_int) };
+        if rc != rusqlite::ffi::SQLITE_OK {
+            tracing::debug!(rc, "SQLite was initialised already; its memory statistics stay on");
+        }
+    });
 }
 
 /// Opens a connection with the settings every connection shares.
