@@ -61,6 +61,14 @@ impl Tokens {
             .map(|(digest, _)| *digest)
     }
 
+    /// The names of the client tokens (the scopes items are submitted in).
+    pub fn client_names(&self) -> impl Iterator<Item = &str> {
+        self.entries
+            .iter()
+            .filter(|(_, c)| c.role == Role::Client)
+            .map(|(_, c)| c.name.as_str())
+    }
+
     /// The caller a presented token belongs to. Every entry is compared, so
     /// timing does not reveal which (if any) matched.
     pub fn verify(&self, presented: &str) -> Option<Caller> {
