@@ -84,8 +84,12 @@ pub async fn serve_with_metrics(
     shutdown: impl Future<Output = ()> + Send + 'static,
     metrics: Arc<metrics::Metrics>,
 ) -> anyhow::Result<()> {
+    let mut config = config;
+    // One token set from here on: the configured tokens, else those of
+    // `DATA_DIR/tokens.toml`. Everything that names tokens (authentication,
+    // console sessions, search across clients) reads this set.
+    config.tokens = config::resolve_tokens(&config.tokens, &config.data_dir)?;
     let config = Arc::new(config);
-    let tokens = config::resolve_tokens(&config.tokens, &config.data_dir)?;
     let store = store::open(&config.store_options()).await?;
     let engine = Arc::new(rules::RuleEngine::new(config.limits.clone())?.with_cache(&config.data_dir.join("cache"))?);
     let pool = Arc::new(rules::EvaluationPool::new(config.evaluation.threads)?);
@@ -130,7 +134,7 @@ pub async fn serve_with_metrics(
         pool,
         scheduler,
         metrics: metrics.clone(),
-        tokens: api::Tokens::new(&tokens),
+        tokens: api::Tokens::new(&config.tokens),
     });
     let app = if config.role.serves_api() {
         tasks.spawn(forget_idle_authors(state.author_limiter.clone(), cancel.clone()));

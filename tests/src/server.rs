@@ -202,6 +202,8 @@ impl TestServer {
         config.listen = listener.local_addr().unwrap();
         tweak(&mut config);
         let url = format!("http://{}", listener.local_addr().unwrap());
+        // Configured tokens, else those of `DATA_DIR/tokens.toml` (as gavel reads them).
+        let tokens = gavel::config::resolve_tokens(&config.tokens, &config.data_dir).unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let metrics = std::sync::Arc::new(gavel::metrics::Metrics::new());
         let task = tokio::spawn(gavel::serve_with_metrics(
@@ -212,7 +214,7 @@ impl TestServer {
             },
             metrics.clone(),
         ));
-        let token_of = |name: &str| config.tokens.iter().find(|t| t.name == name).unwrap().token.clone();
+        let token_of = |name: &str| tokens.iter().find(|t| t.name == name).unwrap().token.clone();
         let server = TestServer {
             url,
             setup,

@@ -407,6 +407,8 @@ pub struct GavelProcess {
     pub port: u16,
     config: PathBuf,
     log: PathBuf,
+    /// Set in the process's environment, over the test's own.
+    env: Vec<(String, String)>,
     child: Option<std::process::Child>,
 }
 
@@ -419,6 +421,11 @@ impl GavelProcess {
 
     /// [`GavelProcess::start`] listening on `port`.
     pub fn start_at(dir: &Path, name: &str, port: u16, config_toml: &str) -> GavelProcess {
+        Self::start_with_env(dir, name, port, config_toml, &[])
+    }
+
+    /// [`GavelProcess::start_at`] with `env` set in the process's environment.
+    pub fn start_with_env(dir: &Path, name: &str, port: u16, config_toml: &str, env: &[(&str, &str)]) -> GavelProcess {
         let config = dir.join(format!("{name}.toml"));
         std::fs::write(&config, format!("listen = \"127.0.0.1:{port}\"\n{config_toml}")).unwrap();
         let mut p = GavelProcess {
@@ -426,6 +433,7 @@ impl GavelProcess {
             port,
             config,
             log: dir.join(format!("{name}.log")),
+            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
             child: None,
         };
         p.restart();
@@ -447,6 +455,7 @@ impl GavelProcess {
             .args(["serve", "--config"])
             .arg(&self.config)
             .env("RUST_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -462,6 +471,9 @@ impl GavelProcess {
                 self.name,
                 self.log.display()
             );
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("{} exited ({status}) instead of serving:\n{}", self.name, self.log());
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
     }

@@ -51,12 +51,22 @@ impl Tokens {
         }
     }
 
-    /// Whether a moderator token named `name` is configured (a console
-    /// session lasts only while its moderator's token does).
-    pub fn has_moderator(&self, name: &str) -> bool {
+    /// The sha256 of the moderator token named `name`, if one is configured
+    /// (a console session lasts only while the secret it was signed in with
+    /// does; names are unique).
+    pub fn moderator_digest(&self, name: &str) -> Option<[u8; 32]> {
         self.entries
             .iter()
-            .any(|(_, c)| c.role == Role::Moderator && c.name == name)
+            .find(|(_, c)| c.role == Role::Moderator && c.name == name)
+            .map(|(digest, _)| *digest)
+    }
+
+    /// The names of the client tokens (the scopes items are submitted in).
+    pub fn client_names(&self) -> impl Iterator<Item = &str> {
+        self.entries
+            .iter()
+            .filter(|(_, c)| c.role == Role::Client)
+            .map(|(_, c)| c.name.as_str())
     }
 
     /// The caller a presented token belongs to. Every entry is compared, so

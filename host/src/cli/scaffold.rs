@@ -3,6 +3,13 @@
 //! a template builds against is the one this binary speaks:
 //! `rules::contract::WIT` is written into Python and JavaScript projects,
 //! and a Rust project's SDK is checked to carry the same text.
+//!
+//! A plugin name never becomes an identifier that could collide: the Rust
+//! rule's type is the name in CamelCase with `Rule` appended (`self` makes
+//! `SelfRule`, `ok` makes `OkRule`: no keyword, no prelude name, nothing the
+//! template imports ends in `Rule` after a non-empty stem), and in Python
+//! and JavaScript the name only ever appears inside string literals. What is
+//! refused is what Cargo cannot build under that package name.
 
 use crate::rules::{contract, valid_name};
 use anyhow::{Context, bail};
@@ -66,10 +73,8 @@ pub fn write_project(name: &str, lang: Lang, dir: &Path, sdk: Option<&Path>) -> 
     if !valid_name(name) {
         bail!("{name:?} is not a plugin name: use 1-64 lowercase letters, digits and '-', not starting with '-'");
     }
-    if lang == Lang::Rust && name.starts_with(|c: char| c.is_ascii_digit()) {
-        bail!(
-            "{name:?} starts with a digit, which Cargo refuses as a package name: start a Rust rule's name with a letter"
-        );
+    if lang == Lang::Rust {
+        refuse_rust_crate_name(name)?;
     }
     if dir.exists() && std::fs::read_dir(dir)?.next().is_some() {
         bail!("{} already exists and is not empty", dir.display());
@@ -114,6 +119,34 @@ pub fn write_project(name: &str, lang: Lang, dir: &Path, sdk: Option<&Path>) -> 
     Ok(())
 }
 
+/// The crates of Rust's standard library: a rule's library of the same
+/// name would shadow it in its own doctests and harness (Cargo refuses
+/// `test` and warns about the others).
+const STANDARD_CRATES: &[&str] = &["std", "core", "alloc", "proc-macro", "test"];
+
+/// The SDK every Rust rule depends on, which its package cannot also be.
+const SDK_PACKAGE: &str = "gavel-plugin-sdk";
+
+/// Refuses the names a Rust rule's package cannot have.
+fn refuse_rust_crate_name(name: &str) -> anyhow::Result<()> {
+    if name.starts_with(|c: char| c.is_ascii_digit()) {
+        bail!(
+            "{name:?} starts with a digit, which Cargo refuses as a package name: start a Rust rule's name with a letter"
+        );
+    }
+    if STANDARD_CRATES.contains(&name) {
+        bail!(
+            "{name:?} is the name of a crate of Rust's standard library ({}), which a Rust rule's crate \
+             would shadow: choose another name",
+            STANDARD_CRATES.join(", ")
+        );
+    }
+    if name == SDK_PACKAGE {
+        bail!("{name:?} is the name of the SDK a Rust rule depends on: choose another name");
+    }
+    Ok(())
+}
+
 /// Placeholder values of the templates.
 struct Vars<'a> {
     name: &'a str,
@@ -124,7 +157,22 @@ struct Vars<'a> {
 
 impl Vars<'_> {
     fn fill(&self, text: &str) -> String {
-        let type_name: String = self
+        text.replace("{{name}}", self.name)
+            .replace("{{sdk_toml}}", &self.sdk_toml())
+            .replace("{{crate}}", &self.name.replace('-', "_"))
+            .replace("{{Type}}", &self.type_name())
+            .replace("{{contract}}", contract::host_version())
+            .replace("{{sdk}}", &self.sdk())
+            .replace("{{source}}", self.source)
+            .replace("{{language}}", self.language)
+    }
+
+    /// The Rust rule's type: the name in CamelCase, then `Rule`. The suffix
+    /// keeps it clear of keywords (`self`), of the prelude (`ok`, `some`,
+    /// `string`) and of what the template imports (`rule`, `decision`,
+    /// `plugin-info`, `snapshot-builder`).
+    fn type_name(&self) -> String {
+        let stem: String = self
             .name
             .split('-')
             .filter(|p| !p.is_empty())
@@ -135,17 +183,16 @@ impl Vars<'_> {
                     .unwrap_or_default()
             })
             .collect();
-        let sdk = self.sdk.map(|p| p.display().to_string()).unwrap_or_default();
-        // A TOML string, whatever the path holds (quotes, backslashes).
-        let sdk_toml = toml::Value::String(sdk.clone()).to_string();
-        text.replace("{{name}}", self.name)
-            .replace("{{sdk_toml}}", &sdk_toml)
-            .replace("{{crate}}", &self.name.replace('-', "_"))
-            .replace("{{Type}}", &type_name)
-            .replace("{{contract}}", contract::host_version())
-            .replace("{{sdk}}", &sdk)
-            .replace("{{source}}", self.source)
-            .replace("{{language}}", self.language)
+        stem + "Rule"
+    }
+
+    fn sdk(&self) -> String {
+        self.sdk.map(|p| p.display().to_string()).unwrap_or_default()
+    }
+
+    /// The SDK's path as a TOML string, whatever it holds (quotes, backslashes).
+    fn sdk_toml(&self) -> String {
+        toml::Value::String(self.sdk()).to_string()
     }
 }
 
@@ -223,7 +270,7 @@ mod tests {
             let filled = vars.fill(text);
             assert!(!filled.contains("{{"), "{path} keeps a placeholder:\n{filled}");
         }
-        assert!(vars.fill(RUST[2].1).contains("pub struct WatchWords;"));
+        assert!(vars.fill(RUST[2].1).contains("pub struct WatchWordsRule;"));
         let odd = Vars {
             sdk: Some(Path::new("/a \"quoted\" \\ dir")),
             ..vars
@@ -247,8 +294,12 @@ mod tests {
             source: "",
             language: "",
         };
-        assert_eq!(vars("a-b-c").fill("{{Type}}"), "ABC");
-        assert_eq!(vars("watch-words-2").fill("{{Type}}"), "WatchWords2");
+        assert_eq!(vars("a-b-c").fill("{{Type}}"), "ABCRule");
+        assert_eq!(vars("watch-words-2").fill("{{Type}}"), "WatchWords2Rule");
+        // Keywords, the prelude and the template's imports stay clear.
+        assert_eq!(vars("self").fill("{{Type}}"), "SelfRule");
+        assert_eq!(vars("ok").fill("{{Type}}"), "OkRule");
+        assert_eq!(vars("plugin-info").fill("{{Type}}"), "PluginInfoRule");
     }
 
     #[test]
@@ -260,6 +311,13 @@ mod tests {
         assert!(err.to_string().contains("not empty"), "{err}");
         let err = write_project("2fast", Lang::Rust, &tmp.path().join("r"), None).unwrap_err();
         assert!(err.to_string().contains("starts with a digit"), "{err}");
+        for name in ["std", "core", "alloc", "proc-macro", "test"] {
+            let err = write_project(name, Lang::Rust, &tmp.path().join("r"), None).unwrap_err();
+            assert!(err.to_string().contains("standard library"), "{err}");
+        }
+        let err = write_project("gavel-plugin-sdk", Lang::Rust, &tmp.path().join("r"), None).unwrap_err();
+        assert!(err.to_string().contains("the SDK"), "{err}");
+        assert!(!tmp.path().join("r").exists());
         assert_eq!(std::fs::read_to_string(tmp.path().join("keep")).unwrap(), "x");
     }
 }

@@ -1,19 +1,22 @@
 //! Configuration, layered: built-in defaults, then a TOML file
-//! (`--config PATH` or `GAVEL_CONFIG`), then `GAVEL_*` environment variables
-//! (nested keys joined by `__`, e.g. `GAVEL_INGEST__MAX_BODY_BYTES`), then
-//! command-line flags.
+//! (`--config PATH` or `GAVEL_CONFIG`), then the environment variables of
+//! the configuration's keys (`GAVEL_LISTEN`; nested keys joined by `__`,
+//! e.g. `GAVEL_INGEST__MAX_BODY_BYTES`; any other `GAVEL_*` variable is not
+//! gavel's and is left alone, see `env.rs`), then command-line flags.
 
 use crate::coordinator::{DebounceMode, Schedule};
 use crate::rules::RuntimeLimits;
 use figment::Figment;
-use figment::providers::{Env, Format, Serialized, Toml};
+use figment::providers::{Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod env;
 mod tokens;
+pub use env::{SettingKeys, Variable};
 pub use tokens::*;
 
 /// Everything `gavel serve` can be told.
@@ -467,8 +470,10 @@ impl Config {
             anyhow::ensure!(path.exists(), "config file {} does not exist", path.display());
             figment = figment.merge(Toml::file(path));
         }
+        let settings = SettingKeys::of(&Config::default());
+        settings.warn_about_near_misses(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()));
         let config: Config = figment
-            .merge(Env::prefixed("GAVEL_").split("__").ignore(&["config", "log_format"]))
+            .merge(settings.environment())
             .merge(Serialized::defaults(flags))
             .extract()
             .map_err(|e| anyhow::anyhow!("configuration: {e}"))?;

@@ -7,7 +7,6 @@ use super::queue::{encode, excerpt};
 use super::session::{ConsoleForm, CsrfForm, SignedIn};
 use crate::api::{AppState, PluginView, plugins_view};
 use crate::clock::{Millis, now_ms};
-use crate::config::Role;
 use crate::store::{PluginVersionRecord, ReversalPoint};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -239,13 +238,8 @@ pub async fn search_page(
 ) -> Result<Response, PageError> {
     let now = now_ms();
     let q: String = query.q.trim().chars().take(256).collect();
-    let clients: Vec<&str> = state
-        .config
-        .tokens
-        .iter()
-        .filter(|t| t.role == Role::Client)
-        .map(|t| t.name.as_str())
-        .collect();
+    // The tokens gavel accepts (configured, or generated into tokens.toml).
+    let clients: Vec<&str> = state.tokens.client_names().collect();
     let found = if q.is_empty() {
         Vec::new()
     } else {

@@ -2,7 +2,10 @@
 //! every state change of the session carries its CSRF token.
 //!
 //! The cookie holds 32 random bytes (hex); the store keeps only their
-//! sha256, so a database read does not yield a usable session. The sign-in
+//! sha256, so a database read does not yield a usable session. A session is
+//! bound to the secret of the moderator token it was signed in with, not
+//! only to its name: giving a leaked token a new secret ends every session
+//! made with the old one (see [`token_binding`]). The sign-in
 //! form itself is protected by a double-submitted token (`gavel_login`
 //! cookie = form field), so another site cannot sign a browser in to an
 //! attacker's session. Cookie values are always our own hex strings, which
@@ -11,10 +14,12 @@
 use super::layout::{self, PageError, page_shell};
 use crate::api::AppState;
 use crate::config::Role;
+use crate::store::ConsoleSession;
 use axum::extract::{FromRequest, FromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use hmac::{Hmac, Mac};
 use maud::html;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -71,8 +76,7 @@ impl FromRequestParts<AppState> for SignedIn {
         };
         let id_hash = digest(value);
         match state.store.session(&id_hash).await {
-            // A session lasts only while its moderator's token is configured.
-            Ok(Some(s)) if state.tokens.has_moderator(&s.moderator) => Ok(SignedIn {
+            Ok(Some(s)) if still_valid(state, value, &s) => Ok(SignedIn {
                 moderator: s.moderator,
                 csrf: s.csrf,
                 id_hash,
@@ -81,6 +85,25 @@ impl FromRequestParts<AppState> for SignedIn {
             Err(e) => Err(PageError::from(e).into_response()),
         }
     }
+}
+
+/// A session lasts only while a moderator token of its name is configured
+/// with the very secret it was signed in with.
+fn still_valid(state: &AppState, cookie_value: &str, session: &ConsoleSession) -> bool {
+    state.tokens.moderator_digest(&session.moderator).is_some_and(|token| {
+        let expected = token_binding(cookie_value, &token);
+        bool::from(expected.as_bytes().ct_eq(session.token_binding.as_bytes()))
+    })
+}
+
+/// What ties a session to its token's secret: HMAC-SHA256 keyed by the
+/// session's cookie value over the token's sha256, hex. The cookie value is
+/// never stored, so the stored binding gives a reader of the database
+/// nothing to test guessed tokens against.
+fn token_binding(cookie_value: &str, token_digest: &[u8; 32]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(cookie_value.as_bytes()).expect("HMAC takes a key of any length");
+    mac.update(token_digest);
+    hex::encode(mac.finalize().into_bytes())
 }
 
 /// A form body; a malformed one is a 400 page, not a bare text answer.
@@ -222,12 +245,18 @@ pub async fn login(
             StatusCode::UNAUTHORIZED,
         ));
     };
+    let token = state
+        .tokens
+        .moderator_digest(&caller.name)
+        .expect("a verified moderator's token is configured");
     let session = random_token();
     let ttl = state.config.console.session_ttl_ms;
-    state
-        .store
-        .create_session(&digest(&session), &caller.name, &random_token(), ttl)
-        .await?;
+    let stored = ConsoleSession {
+        token_binding: token_binding(&session, &token),
+        moderator: caller.name.clone(),
+        csrf: random_token(),
+    };
+    state.store.create_session(&digest(&session), &stored, ttl).await?;
     tracing::info!(moderator = %caller.name, "console sign-in");
     let mut response = layout::see_other(destination(&form.next));
     let h = response.headers_mut();
@@ -294,6 +323,17 @@ mod tests {
         ] {
             assert_eq!(destination(bad), "/console/queue", "{bad}");
         }
+    }
+
+    #[test]
+    fn a_binding_depends_on_the_session_and_the_secret() {
+        let secret: [u8; 32] = Sha256::digest(b"old secret").into();
+        let rotated: [u8; 32] = Sha256::digest(b"new secret").into();
+        let binding = token_binding("cookie-a", &secret);
+        assert_eq!(binding, token_binding("cookie-a", &secret));
+        assert_ne!(binding, token_binding("cookie-a", &rotated));
+        assert_ne!(binding, token_binding("cookie-b", &secret));
+        assert_eq!(binding.len(), 64);
     }
 
     #[test]

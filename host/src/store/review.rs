@@ -12,6 +12,9 @@ use crate::clock::Millis;
 pub struct ConsoleSession {
     /// The moderator token's name: the identity of everything the session does.
     pub moderator: String,
+    /// Ties the session to the secret it was signed in with (hex HMAC keyed
+    /// by the cookie value over the token's sha256; `console/session.rs`).
+    pub token_binding: String,
     /// The token every state-changing request of the session must carry.
     pub csrf: String,
 }
@@ -91,8 +94,9 @@ pub const PAGE_ROWS: i64 = 50;
 /// The console's sessions, claims and reads.
 #[async_trait::async_trait]
 pub trait Review: Send + Sync {
-    /// Stores a session for `ttl_ms` (expired ones go with retention).
-    async fn create_session(&self, id_hash: &str, moderator: &str, csrf: &str, ttl_ms: i64) -> StoreResult<()>;
+    /// Stores `session` under `id_hash` for `ttl_ms` (expired ones go with
+    /// retention).
+    async fn create_session(&self, id_hash: &str, session: &ConsoleSession, ttl_ms: i64) -> StoreResult<()>;
 
     /// The unexpired session known by `id_hash`.
     async fn session(&self, id_hash: &str) -> StoreResult<Option<ConsoleSession>>;
@@ -322,20 +326,20 @@ macro_rules! impl_review {
                 async fn create_session(
                     &self,
                     id_hash: &str,
-                    moderator: &str,
-                    csrf: &str,
+                    session: &ConsoleSession,
                     ttl_ms: i64,
                 ) -> StoreResult<()> {
                     let insert = format!(
-                        "INSERT INTO console_sessions (id_hash, moderator, csrf, created_at, expires_at) \
-                         VALUES ($1, $2, $3, {NOW}, {NOW} + $4)"
+                        "INSERT INTO console_sessions (id_hash, moderator, token_binding, csrf, created_at, expires_at) \
+                         VALUES ($1, $2, $3, $4, {NOW}, {NOW} + $5)"
                     );
                     retry_conflicts!(async {
                         let mut tx = self.begin_write().await?;
                         sqlx::query(&insert)
                             .bind(id_hash)
-                            .bind(moderator)
-                            .bind(csrf)
+                            .bind(&session.moderator)
+                            .bind(&session.token_binding)
+                            .bind(&session.csrf)
                             .bind(ttl_ms)
                             .execute(&mut *tx)
                             .await?;
@@ -345,13 +349,19 @@ macro_rules! impl_review {
                 }
 
                 async fn session(&self, id_hash: &str) -> StoreResult<Option<ConsoleSession>> {
-                    let sql =
-                        format!("SELECT moderator, csrf FROM console_sessions WHERE id_hash = $1 AND expires_at > {NOW}");
-                    let row = sqlx::query_as::<_, (String, String)>(&sql)
+                    let sql = format!(
+                        "SELECT moderator, token_binding, csrf FROM console_sessions \
+                         WHERE id_hash = $1 AND expires_at > {NOW}"
+                    );
+                    let row = sqlx::query_as::<_, (String, String, String)>(&sql)
                         .bind(id_hash)
                         .fetch_optional(self.read_pool())
                         .await?;
-                    Ok(row.map(|(moderator, csrf)| ConsoleSession { moderator, csrf }))
+                    Ok(row.map(|(moderator, token_binding, csrf)| ConsoleSession {
+                        moderator,
+                        token_binding,
+                        csrf,
+                    }))
                 }
 
                 async fn end_session(&self, id_hash: &str) -> StoreResult<()> {

@@ -263,4 +263,97 @@ async fn sessions_follow_their_token(setup: Setup) {
     s.stop().await.unwrap();
 }
 
-gavel_tests::both!(moderators_work_the_queue_in_a_browser, sessions_follow_their_token);
+/// `GET path` with the session cookie `session`, redirects not followed.
+async fn console_get(http: &reqwest::Client, url: &str, path: &str, session: &str) -> reqwest::Response {
+    http.get(format!("{url}{path}"))
+        .header("cookie", format!("gavel_session={session}"))
+        .send()
+        .await
+        .unwrap()
+}
+
+fn without_redirects() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+/// A leaked moderator token is given a new secret under the same name and
+/// gavel restarts: the session signed in with the old secret is sent to
+/// sign-in, the old secret signs in no more, and the new one does.
+async fn a_rotated_secret_ends_the_sessions_of_the_old_one(setup: Setup) {
+    let (s, leaked) = with_second_moderator(setup).await;
+    let http = without_redirects();
+    let (session, _) = sign_in(&http, &s.url, "/console/queue", &leaked).await;
+    let session = session.expect("a session cookie");
+    assert_eq!(
+        console_get(&http, &s.url, "/console/queue", &session).await.status(),
+        200
+    );
+
+    let (mut config, dir) = s.stop_keeping_dir().await;
+    let rotated = gavel::config::new_token();
+    let mod2 = config.tokens.iter_mut().find(|t| t.name == "mod2").unwrap();
+    mod2.token = rotated.clone();
+    let s = TestServer::serve(dir, setup, config, |_| {}).await;
+
+    let r = console_get(&http, &s.url, "/console/queue", &session).await;
+    assert_eq!(r.status(), 303, "the old secret's session still works after rotation");
+    let to = r.headers()["location"].to_str().unwrap();
+    assert!(to.starts_with("/console/login"), "{to}");
+    let (none, _) = sign_in(&http, &s.url, "/console/queue", &leaked).await;
+    assert!(none.is_none(), "the old secret still signs in");
+    let (fresh, _) = sign_in(&http, &s.url, "/console/queue", &rotated).await;
+    let fresh = fresh.expect("the new secret signs in");
+    assert_eq!(console_get(&http, &s.url, "/console/queue", &fresh).await.status(), 200);
+    s.stop().await.unwrap();
+}
+
+/// The quick start's setup: no tokens in the configuration, so gavel reads
+/// them from `DATA_DIR/tokens.toml`. Search by author and by external id
+/// finds the client's items there too (the search spans every client token
+/// gavel accepts, wherever the tokens come from).
+async fn search_spans_the_clients_of_tokens_in_the_data_directory(setup: Setup) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let mut file = String::new();
+    for (name, role) in [("web", "client"), ("app", "client"), ("mod", "moderator")] {
+        let token = gavel::config::new_token();
+        file.push_str(&format!(
+            "[[tokens]]\nname = \"{name}\"\ntoken = \"{token}\"\nrole = \"{role}\"\n"
+        ));
+    }
+    std::fs::write(data.join("tokens.toml"), file).unwrap();
+    let s = TestServer::start_in(dir, setup, |c| c.tokens.clear()).await;
+    assert!(s.config.tokens.is_empty(), "no token is configured");
+
+    let body = serde_json::json!({
+        "kind": "post", "author": "quick-start-author", "text": "hello", "external_id": "quick-start-ext"
+    });
+    let (status, item) = s.submit_as(&s.client, &body, None).await;
+    assert_eq!(status, 202, "{item}");
+    let id = item["id"].as_str().unwrap().to_string();
+
+    let http = without_redirects();
+    let (session, _) = sign_in(&http, &s.url, "/console/queue", &s.moderator).await;
+    let session = session.expect("the moderator of tokens.toml signs in");
+    for q in ["quick-start-author", "quick-start-ext", id.as_str()] {
+        let r = console_get(&http, &s.url, &format!("/console/search?q={q}"), &session).await;
+        assert_eq!(r.status(), 200);
+        let html = r.text().await.unwrap();
+        assert!(
+            html.contains(&format!("data-item=\"{id}\"")),
+            "searching {q:?} does not find the item:\n{html}"
+        );
+    }
+    s.stop().await.unwrap();
+}
+
+gavel_tests::both!(
+    moderators_work_the_queue_in_a_browser,
+    sessions_follow_their_token,
+    a_rotated_secret_ends_the_sessions_of_the_old_one,
+    search_spans_the_clients_of_tokens_in_the_data_directory
+);

@@ -9,6 +9,7 @@
 
 mod api;
 mod backtest;
+mod config;
 mod console;
 mod coordinator;
 mod delivery;

@@ -28,6 +28,15 @@ async fn held(store: &SharedStore, prefix: &str, n: usize, plugin: &str) -> Vec<
     ids
 }
 
+/// A session of `moderator` with CSRF token `csrf` (and a binding of its own).
+fn session(moderator: &str, csrf: &str) -> ConsoleSession {
+    ConsoleSession {
+        moderator: moderator.into(),
+        token_binding: format!("bound-to-{moderator}"),
+        csrf: csrf.into(),
+    }
+}
+
 /// Items held by `plugin`.
 fn only(plugin: &str) -> QueueFilter {
     QueueFilter {
@@ -158,10 +167,16 @@ async fn a_skipped_item_goes_to_someone_else(setup: Setup) {
 /// Sessions are found by their hash while unexpired, and end on sign-out.
 async fn sessions_expire_and_end(setup: Setup) {
     let (store, _dir) = open(setup).await;
-    store.create_session("live", "ann", "csrf-1", TEN_MIN).await.unwrap();
-    store.create_session("gone", "bob", "csrf-2", -1).await.unwrap();
+    store
+        .create_session("live", &session("ann", "csrf-1"), TEN_MIN)
+        .await
+        .unwrap();
+    store
+        .create_session("gone", &session("bob", "csrf-2"), -1)
+        .await
+        .unwrap();
     let s = store.session("live").await.unwrap().unwrap();
-    assert_eq!((s.moderator.as_str(), s.csrf.as_str()), ("ann", "csrf-1"));
+    assert_eq!(s, session("ann", "csrf-1"));
     assert_eq!(store.session("gone").await.unwrap(), None);
     assert_eq!(store.session("unknown").await.unwrap(), None);
     store.end_session("live").await.unwrap();
@@ -281,8 +296,11 @@ async fn claims_follow_the_queue_order_and_filters(setup: Setup) {
 async fn retention_removes_spent_console_state(setup: Setup) {
     let (store, _dir) = open(setup).await;
     let ids = held(&store, "p", 2, "link-spam").await;
-    store.create_session("old", "ann", "c", -1).await.unwrap();
-    store.create_session("new", "ann", "c", TEN_MIN).await.unwrap();
+    store.create_session("old", &session("ann", "c"), -1).await.unwrap();
+    store
+        .create_session("new", &session("ann", "c"), TEN_MIN)
+        .await
+        .unwrap();
     assert_eq!(
         claim(&store, "ann", &QueueFilter::default(), -1)
             .await
