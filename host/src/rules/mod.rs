@@ -58,6 +58,10 @@ const KEEP_RESIDENT_BYTES: usize = 1 << 20;
 /// behind an `Arc`.
 pub struct RuleEngine {
     engine: Engine,
+    /// The engine's configuration without its instance pool: components are
+    /// compiled on an engine of their own, built from it and dropped after
+    /// the compilation (see `RuleEngine::compile`).
+    compiler: Config,
     linker: Linker<Sandbox>,
     limits: RuntimeLimits,
     /// Compiled components by digest, when a data directory is configured.
@@ -93,12 +97,13 @@ impl RuleEngine {
             .decommit_batch_size(32)
             // Reset only the pages an evaluation dirtied (Linux 6.7+).
             .pagemap_scan(wasmtime::Enabled::Auto);
-        let mut config = Config::new();
-        config
+        let mut compiler = Config::new();
+        compiler
             .wasm_component_model(true)
             .epoch_interruption(true)
-            .max_wasm_stack(limits.stack_bytes)
-            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+            .max_wasm_stack(limits.stack_bytes);
+        let mut config = compiler.clone();
+        config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let engine = Engine::new(&config).map_err(|e| anyhow::anyhow!("wasmtime engine: {e:#}"))?;
 
         let mut linker = Linker::<Sandbox>::new(&engine);
@@ -109,6 +114,7 @@ impl RuleEngine {
         let ticker = EpochTicker::start(engine.clone(), limits.epoch_tick);
         Ok(RuleEngine {
             engine,
+            compiler,
             linker,
             limits,
             cache: None,
