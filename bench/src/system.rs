@@ -1029,7 +1029,16 @@ pub async fn b8(gavel_bin: &Path) -> anyhow::Result<Vec<Figure>> {
     } else {
         f64::NAN
     };
-    Ok(vec![
+    drop(gavel);
+    let mut languages = Vec::new();
+    for (language, name, wasm) in [
+        ("Python", "shouting", gavel_tests::guests::SHOUTING),
+        ("JavaScript", "shouting-js", gavel_tests::guests::SHOUTING_JS),
+    ] {
+        eprintln!("B8: the {language} example, loaded and after {LANGUAGE_EVALUATIONS} fresh evaluations…");
+        languages.extend(language_memory(gavel_bin, language, name, wasm).await?);
+    }
+    let mut figures = vec![
         Figure::new("B8", "RSS idle (no plugins)", idle / 1024.0, "MiB"),
         Figure::new("B8", "RSS per loaded Rust plugin", per_plugin, "MiB").note(format!(
             "{} plugins: {:.1} MiB → {:.1} MiB",
@@ -1044,5 +1053,81 @@ pub async fn b8(gavel_bin: &Path) -> anyhow::Result<Vec<Figure>> {
                 before / 1024.0,
                 peak / 1024.0
             )),
+    ];
+    figures.extend(languages);
+    Ok(figures)
+}
+
+/// Fresh evaluations of a language example after which B8 reads RSS again.
+const LANGUAGE_EVALUATIONS: usize = 10_000;
+
+/// B8 for a Python or JavaScript example alone in a `gavel serve` (fresh
+/// instances, no sidecar): the RSS that loading it adds to the idle process
+/// (a first load: compiled, not read from the compilation cache), and the
+/// RSS added beyond that after 1,000 and after `LANGUAGE_EVALUATIONS`
+/// evaluations (flat: the instances' memory does not pile up).
+async fn language_memory(gavel_bin: &Path, language: &str, name: &str, wasm: &str) -> anyhow::Result<Vec<Figure>> {
+    let dir = tempfile::tempdir()?;
+    let gavel = Gavel::start(gavel_bin, dir.path(), &[], "").await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let idle = rss_kib(gavel.pid())?;
+    std::fs::copy(wasm, gavel.dir.join("plugins").join(format!("{name}.wasm")))?;
+    gavel.wait_ready(1).await?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let loaded = rss_kib(gavel.pid())?;
+    let http = reqwest::Client::new();
+    let mut after = Vec::new();
+    for n in [1_000, LANGUAGE_EVALUATIONS - 1_000] {
+        let before = committed(&http, &gavel.url).await?;
+        seed_items(&http, &gavel.url, n, |tag, i| {
+            let text = if i.is_multiple_of(2) {
+                format!("THIS IS THE BEST OFFER YOU WILL EVER SEE, BUY NOW {tag} {i}")
+            } else {
+                format!("an ordinary post about gardening, number {i} of {tag}")
+            };
+            json!({"kind": "post", "author": format!("{tag}-{}", i % 100), "text": text})
+        })
+        .await?;
+        settle(&http, &gavel, before + n as u64).await?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        after.push(rss_kib(gavel.pid())?);
+    }
+    let mib = |kib: f64| kib / 1024.0;
+    let (first, last) = (after[0] - loaded, after[1] - loaded);
+    let flat = (last - first) <= 4.0 * 1024.0;
+    Ok(vec![
+        Figure::new("B8", format!("RSS added by loading the {language} example"), mib(loaded - idle), "MiB")
+            .goal("≤ 48 MiB", mib(loaded - idle) <= 48.0)
+            .note(format!(
+                "{name} alone, first load (compiled): idle {:.1} MiB → {:.1} MiB",
+                mib(idle),
+                mib(loaded)
+            )),
+        Figure::new(
+            "B8",
+            format!("RSS added after {LANGUAGE_EVALUATIONS} fresh {language} evaluations"),
+            mib(last),
+            "MiB",
+        )
+        .goal("≤ 32 MiB, flat", mib(last) <= 32.0 && flat)
+        .note(format!(
+            "beyond the loaded idle process: {:.1} MiB after 1,000, {:.1} MiB after {LANGUAGE_EVALUATIONS} (flat: ≤ 4 MiB more)",
+            mib(first),
+            mib(last)
+        )),
     ])
+}
+
+/// Waits until `target` evaluations are committed, at most ten minutes.
+async fn settle(http: &reqwest::Client, gavel: &Gavel, target: u64) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while committed(http, &gavel.url).await? < target {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "B8: the evaluations did not finish in 10 minutes; see {}",
+            gavel.dir.join("gavel.log").display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
 }

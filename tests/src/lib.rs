@@ -123,6 +123,13 @@ pub fn rss_bytes() -> u64 {
     proc_status_kib("VmRSS:") * 1024
 }
 
+/// Memory this process holds itself, in bytes: anonymous and shared-memory
+/// pages (Linux). Unlike [`rss_bytes`] it leaves out file pages (the
+/// binary's code, mapped files), which are shared with the page cache.
+pub fn private_rss_bytes() -> u64 {
+    (proc_status_kib("RssAnon:") + proc_status_kib("RssShmem:")) * 1024
+}
+
 /// Threads of this process (Linux).
 pub fn thread_count() -> u64 {
     proc_status_kib("Threads:")

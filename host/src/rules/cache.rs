@@ -59,18 +59,40 @@ impl CompileCache {
         }
     }
 
-    /// Stores a compiled component (write to a temporary file, then rename).
-    pub fn put(&self, digest: &Digest, component: &Component) {
-        let result = component.serialize().map_err(|e| e.to_string()).and_then(|bytes| {
-            let tmp = self
-                .dir
-                .join(format!(".{}.tmp-{}", digest.to_hex(), std::process::id()));
-            std::fs::write(&tmp, bytes)
-                .and_then(|_| std::fs::rename(&tmp, self.path(digest)))
-                .map_err(|e| e.to_string())
+    /// Stores an artifact (compiled with `engine`'s settings) under `digest`
+    /// and maps it back from that file, so that the compiled code and the
+    /// rule's initial memory image are pages of the file (shared with the
+    /// page cache, read in as they are touched, dropped under memory
+    /// pressure) rather than anonymous memory held for as long as the plugin
+    /// is loaded. If the file cannot be written or mapped, the artifact is
+    /// used from memory.
+    pub fn store_and_map(&self, engine: &Engine, digest: &Digest, artifact: &[u8]) -> wasmtime::Result<Component> {
+        let mapped = self.store(digest, artifact).and_then(|path| {
+            // SAFETY: `path` was just written by `store` from an artifact of
+            // `engine`'s settings; files are replaced by rename, never changed
+            // in place, so the mapping stays valid while it is in use.
+            unsafe { Component::deserialize_file(engine, &path) }.map_err(|e| format!("{e:#}"))
         });
-        if let Err(e) = result {
-            tracing::warn!(digest = %digest, error = %e, "cannot write the compilation cache");
+        match mapped {
+            Ok(component) => Ok(component),
+            Err(e) => {
+                tracing::warn!(digest = %digest, error = %e, "cannot use the compilation cache; the code stays in memory");
+                // SAFETY: the artifact was compiled with `engine`'s settings.
+                unsafe { Component::deserialize(engine, artifact) }
+            }
         }
+    }
+
+    /// Writes an artifact (to a temporary file, then renamed: a file once
+    /// in place never changes, so mapping it is safe); returns its path.
+    fn store(&self, digest: &Digest, artifact: &[u8]) -> Result<PathBuf, String> {
+        let tmp = self
+            .dir
+            .join(format!(".{}.tmp-{}", digest.to_hex(), std::process::id()));
+        let path = self.path(digest);
+        std::fs::write(&tmp, artifact)
+            .and_then(|_| std::fs::rename(&tmp, &path))
+            .map_err(|e| e.to_string())?;
+        Ok(path)
     }
 }

@@ -360,7 +360,10 @@ impl Registry {
             serves,
             stat,
         };
-        match self.load_one(path, &bytes) {
+        let loaded = self.load_one(path, &bytes);
+        drop(bytes);
+        super::plugin::release_freed_heap();
+        match loaded {
             Ok(p) => {
                 let name = p.plugin.info.name.clone();
                 let taken_by = files
@@ -563,6 +566,8 @@ impl Registry {
             .spawn(move || {
                 let started = std::time::Instant::now();
                 let result = engine.load_bytes(&path_buf, &bytes);
+                // Freed before the answer, so the trim that follows it finds it free.
+                drop(bytes);
                 let _ = tx.send((result, started.elapsed()));
             })
             .map_err(|e| format!("cannot start a compile thread: {e}"))?;

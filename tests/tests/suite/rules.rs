@@ -145,6 +145,30 @@ fn a_rule_importing_files_or_sockets_is_refused_and_the_environment_is_empty() {
     assert_eq!(e.decision.unwrap().reason, "env=empty args=none");
 }
 
+/// A component compiled through the compilation cache runs from its cache
+/// file: the code is mapped from the file (pages shared with the page cache,
+/// read in as they run), not copied into memory the process holds.
+#[test]
+fn a_compiled_component_runs_mapped_from_its_cache_file() {
+    let cache = tempfile::tempdir().unwrap();
+    let engine = engine().with_cache(cache.path()).unwrap();
+    let plugin = load(&engine, guests::LINK_SPAM);
+    assert!(!plugin.from_cache, "a new cache cannot hold it yet");
+    let file = cache.path().join(format!("{}.cwasm", plugin.stamp.digest.to_hex()));
+    assert!(file.is_file(), "the artifact is stored at {}", file.display());
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let file = file.display().to_string();
+    let mapped: Vec<&str> = maps.lines().filter(|l| l.ends_with(&file)).collect();
+    assert!(
+        mapped
+            .iter()
+            .any(|l| l.split_whitespace().nth(1).is_some_and(|perms| perms.contains('x'))),
+        "the compiled code is an executable mapping of {file}; mappings of it: {mapped:?}"
+    );
+    let e = run(&engine, &plugin, &snapshot("see https://a.example", &[]));
+    assert_eq!(e.outcome, Outcome::Ok, "{:?}", e.error);
+}
+
 #[test]
 fn a_secret_left_in_memory_is_not_visible_to_the_next_evaluation() {
     let engine = shared_engine();
