@@ -402,9 +402,10 @@ fn scaffold_all(tmp: &Path, root: &Path, names: &BTreeSet<String>, lang: &str) -
 /// a reason (only the names of Rust's standard crates and of the SDK, for
 /// a Rust rule). Checked cheaply but for real:
 /// - Rust: one Cargo workspace with a member per name (each the generated
-///   project, only its `[workspace]` line dropped), checked by one
-///   `cargo check --workspace --all-targets --target wasm32-wasip2`: the
-///   component's export and the rule's tests, against the real SDK;
+///   project, only its `[workspace]` line dropped), checked against the
+///   real SDK by one `cargo check --workspace --lib --target wasm32-wasip2`
+///   (the component and its export) and one `cargo check --workspace
+///   --tests` (the rules' tests, native like the SDK's harness);
 /// - Python: every generated `app.py` imported by one Python against the
 ///   bindings `componentize-py bindings` generates from the project's WIT,
 ///   its `WitWorld` instantiated and its `info()` called;
@@ -446,15 +447,13 @@ fn every_reserved_word_is_a_rule_name_whose_project_compiles_or_is_refused() {
         format!("[workspace]\nresolver = \"3\"\nmembers = [{}]\n", list.join(", ")),
     )
     .unwrap();
+    // The component (its export only exists on wasm32), then the rules'
+    // tests, natively as `cargo test` runs them (the SDK's harness is native).
     run(Command::new("cargo")
-        .args([
-            "check",
-            "--workspace",
-            "--all-targets",
-            "--target",
-            "wasm32-wasip2",
-            "--quiet",
-        ])
+        .args(["check", "--workspace", "--lib", "--target", "wasm32-wasip2", "--quiet"])
+        .current_dir(&rust));
+    run(Command::new("cargo")
+        .args(["check", "--workspace", "--tests", "--quiet"])
         .current_dir(&rust));
 
     // Python.
