@@ -1,4 +1,4 @@
-//! `gavel-bench`: runs B3–B13 (docs/BENCHMARKS.md), reads B1/B2 from
+//! `gavel-bench`: runs B3–B13 and B16 (docs/BENCHMARKS.md), reads B1/B2 from
 //! criterion's results, prints one table and writes `bench-results.json`. Run
 //! it with `cargo xtask bench` (which builds everything in release mode and
 //! runs the criterion benchmarks first).
@@ -8,6 +8,7 @@ mod baseline;
 mod console;
 mod history;
 mod micro;
+mod replay;
 mod report;
 mod standing;
 mod system;
@@ -114,6 +115,10 @@ fn main() -> anyhow::Result<()> {
             if wants("B13") {
                 eprintln!("B13: author standing, off and on…");
                 figures.extend(standing::b13(&gavel, sizes).await?);
+            }
+            if wants("B16") {
+                eprintln!("B16: one item's replay over a long history…");
+                figures.extend(replay::b16(&gavel, sizes).await?);
             }
             if wants("B12") {
                 eprintln!("B12: console pages over {} stored items…", sizes.console_items);

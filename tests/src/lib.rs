@@ -9,6 +9,7 @@ use gavel_plugin_sdk::spec::SnapshotSpec;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub mod history;
 pub mod receiver;
 
 pub mod server;

@@ -4,7 +4,8 @@
 //! evaluations on one blocking thread), and keeps its record in the store,
 //! so any process answers `GET` and `DELETE`. The runner beats the record's
 //! heartbeat; a record whose heartbeat stopped (its process went away) is
-//! marked failed by the retention task.
+//! marked failed by the retention task. A cancel frees the backtest's place
+//! in the process's queue at once, whether it runs or waits for the slot.
 
 use super::AppState;
 use super::auth::{Caller, Moderator};
@@ -18,10 +19,11 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use utoipa::{IntoParams, ToSchema};
 
 /// How often a running backtest beats its record (and notices a cancel).
@@ -34,6 +36,61 @@ const MAX_SAMPLE: u64 = 1_000_000;
 const MAX_OVERRIDES: usize = 64;
 /// Backtests one process holds at once (running or waiting for its slot).
 pub const MAX_QUEUED: usize = 8;
+
+/// This process's backtests: one runs at a time, at most [`MAX_QUEUED`]
+/// are held (running or waiting for the slot), and a cancel frees its place
+/// at once.
+pub struct Runner {
+    /// The one run slot.
+    slot: Arc<Semaphore>,
+    /// The places of the queue.
+    places: Arc<Semaphore>,
+    /// The backtests this process holds, by id.
+    held: Mutex<HashMap<String, Arc<Shared>>>,
+}
+
+impl Default for Runner {
+    fn default() -> Self {
+        Runner {
+            slot: Arc::new(Semaphore::new(1)),
+            places: Arc::new(Semaphore::new(MAX_QUEUED)),
+            held: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl Runner {
+    /// Takes a place for backtest `id`; `None` when every place is held.
+    fn hold(&self, id: &str) -> Option<Arc<Shared>> {
+        let place = self.places.clone().try_acquire_owned().ok()?;
+        let shared = Arc::new(Shared {
+            place: Mutex::new(Some(place)),
+            ..Shared::default()
+        });
+        self.held_map().insert(id.to_string(), shared.clone());
+        Some(shared)
+    }
+
+    /// Stops backtest `id` if this process holds it, freeing its place now
+    /// (a cancel recorded by another process reaches it by the heartbeat).
+    fn cancel(&self, id: &str) {
+        if let Some(shared) = self.held_map().get(id) {
+            shared.cancel();
+        }
+    }
+
+    /// Forgets an ended backtest, freeing its place if a cancel has not.
+    fn release(&self, id: &str) {
+        if let Some(shared) = self.held_map().remove(id) {
+            shared.free_place();
+        }
+    }
+
+    fn held_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Shared>>> {
+        // Nothing panics while holding the lock: the map stays consistent.
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 /// A backtest to start.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -137,8 +194,24 @@ fn check(req: &BacktestRequest, now: i64) -> Result<backtest::Request, ApiError>
         since_ms,
         until_ms,
         sample: backtest::sample_size(req.all, req.sample),
+        max_all: backtest::DEFAULT_MAX_ALL,
         fail_closed: false,
     })
+}
+
+/// A backtest with `all` whose window holds more than `max_all`
+/// evaluations: 422, before anything runs (the count reads at most
+/// `max_all + 1` index entries).
+async fn refuse_too_large(state: &AppState, candidate: &Candidate, req: &backtest::Request) -> Result<(), ApiError> {
+    let n = backtest::count_selection(state.store.as_ref(), candidate, req, req.max_all.saturating_add(1)).await?;
+    if n > req.max_all {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "backtest_too_large",
+            backtest::BacktestError::TooLarge { max: req.max_all }.to_string(),
+        ));
+    }
+    Ok(())
 }
 
 /// Start a backtest: replay stored evaluations with a candidate version in
@@ -162,7 +235,9 @@ pub async fn start(
     let now = now_ms();
     let mut request = check(&req, now)?;
     request.fail_closed = state.config.evaluation.fail_closed;
-    let Ok(place) = state.backtest_queue.clone().try_acquire_owned() else {
+    request.max_all = state.config.evaluation.backtest_max_all;
+    let id = uuid::Uuid::now_v7().to_string();
+    let Some(shared) = state.backtests.hold(&id) else {
         return Err(ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "too_many_backtests",
@@ -170,16 +245,25 @@ pub async fn start(
         )
         .retry_after(30));
     };
+    // Any early answer below (or the request dropped) gives the place back.
+    let mut unstarted = Unstarted {
+        runner: &state.backtests,
+        id: &id,
+        armed: true,
+    };
     let candidate = find_candidate(&state, &req.candidate).await?;
-    let id = uuid::Uuid::now_v7().to_string();
+    if request.sample.is_none() {
+        refuse_too_large(&state, &candidate, &request).await?;
+    }
     let label = candidate.label();
     let body = serde_json::to_value(&req).expect("a request serializes");
     state
         .store
         .create_backtest(&id, &body, &label, &caller.name, now)
         .await?;
+    unstarted.armed = false;
     tracing::info!(backtest = %id, candidate = %label, moderator = %caller.name, "backtest started");
-    tokio::spawn(run(state.clone(), id.clone(), candidate, request, place));
+    tokio::spawn(run(state.clone(), id.clone(), candidate, request, shared));
     let mut response = (
         StatusCode::ACCEPTED,
         axum::Json(BacktestAccepted {
@@ -195,12 +279,47 @@ pub async fn start(
     Ok(response)
 }
 
-/// Progress shared between the runner and its heartbeat.
+/// Releases, while armed, a place taken for a backtest not started.
+struct Unstarted<'a> {
+    runner: &'a Runner,
+    id: &'a str,
+    armed: bool,
+}
+
+impl Drop for Unstarted<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.runner.release(self.id);
+        }
+    }
+}
+
+/// A held backtest: progress shared between the runner and its heartbeat,
+/// and its place in the queue.
 #[derive(Default)]
 struct Shared {
     done: AtomicU64,
     total: AtomicU64,
     cancelled: Arc<AtomicBool>,
+    place: Mutex<Option<OwnedSemaphorePermit>>,
+    /// Wakes the runner's wait for the slot on a cancel.
+    wake: Notify,
+}
+
+impl Shared {
+    /// Stops the backtest between two evaluations (or before it starts) and
+    /// frees its place now: the next backtest need not wait for this one
+    /// to notice.
+    fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Relaxed);
+        self.free_place();
+        // Stored when nobody waits yet: the runner's wait then ends at once.
+        self.wake.notify_one();
+    }
+
+    fn free_place(&self) {
+        drop(self.place.lock().unwrap_or_else(|e| e.into_inner()).take());
+    }
 }
 
 struct Beat(Arc<Shared>);
@@ -229,7 +348,7 @@ async fn heartbeat(store: SharedStore, id: String, shared: Arc<Shared>) {
         match store.backtest_progress(&id, done as i64, total as i64, now_ms()).await {
             Ok(true) => {}
             Ok(false) => {
-                shared.cancelled.store(true, Ordering::Relaxed);
+                shared.cancel();
                 return;
             }
             Err(e) => tracing::warn!(backtest = %id, error = %e, "cannot record backtest progress"),
@@ -247,28 +366,41 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// What waiting for the run slot ended with.
+enum Turn {
+    Slot(OwnedSemaphorePermit),
+    Cancelled,
+    ShuttingDown,
+}
+
+/// Waits for this process's run slot, or for a cancel.
+async fn wait_for_slot(runner: &Runner, shared: &Shared) -> Turn {
+    tokio::select! {
+        biased;
+        () = shared.wake.notified() => Turn::Cancelled,
+        slot = runner.slot.clone().acquire_owned() => match slot {
+            Ok(_) if shared.cancelled.load(Ordering::Relaxed) => Turn::Cancelled,
+            Ok(slot) => Turn::Slot(slot),
+            Err(_) => Turn::ShuttingDown,
+        },
+    }
+}
+
 /// Runs one backtest to its end (waiting for this process's backtest slot
-/// first), holding its `place` in the process's queue.
-async fn run(
-    state: AppState,
-    id: String,
-    candidate: Candidate,
-    request: backtest::Request,
-    _place: tokio::sync::OwnedSemaphorePermit,
-) {
-    let shared = Arc::new(Shared::default());
+/// first); its place in the queue is freed when it ends or is cancelled.
+async fn run(state: AppState, id: String, candidate: Candidate, request: backtest::Request, shared: Arc<Shared>) {
     let beat = AbortOnDrop(tokio::spawn(heartbeat(state.store.clone(), id.clone(), shared.clone())));
-    let permit = state.backtest_slots.clone().acquire_owned().await;
-    let result = match permit {
-        Ok(_) if shared.cancelled.load(Ordering::Relaxed) => Err(backtest::BacktestError::Cancelled),
-        Ok(_permit) => {
+    let result = match wait_for_slot(&state.backtests, &shared).await {
+        Turn::Cancelled => Err(backtest::BacktestError::Cancelled),
+        Turn::Slot(_slot) => {
             let mut progress = Beat(shared.clone());
             let engine = state.registry.engine().clone();
             backtest::run(state.store.as_ref(), engine, &candidate, &request, &mut progress).await
         }
-        Err(_) => Err(backtest::BacktestError::Failed("the process is shutting down".into())),
+        Turn::ShuttingDown => Err(backtest::BacktestError::Failed("the process is shutting down".into())),
     };
     drop(beat);
+    state.backtests.release(&id);
     let now = now_ms();
     let progress = crate::store::BacktestProgress {
         done: shared.done.load(Ordering::Relaxed) as i64,
@@ -387,6 +519,7 @@ pub async fn cancel(
         .ok_or_else(|| ApiError::not_found("backtest"))?;
     match record.status {
         BacktestStatus::Cancelled => {
+            state.backtests.cancel(&id);
             tracing::info!(backtest = %id, moderator = %caller.name, "backtest cancelled");
             Ok(Json(record))
         }
@@ -452,11 +585,20 @@ pub struct ReplayQuery {
     /// Also judge each stored snapshot with this plugin (loaded or cached,
     /// by name or sha256).
     pub candidate: Option<String>,
+    /// Evaluations in the page, 1-200 (default 50).
+    pub limit: Option<usize>,
+    /// Only evaluations made before this decision id: the `older` of the
+    /// page after (default: the newest).
+    pub before: Option<i64>,
 }
 
-/// Every stored evaluation of an item (the newest 200): the snapshot the
-/// rules judged, what each plugin decided, and what `candidate` decides on
-/// the same snapshot now (moderators only). Client tokens see their own items.
+/// Evaluations a replay page holds unless `limit` says.
+const DEFAULT_REPLAY_LIMIT: usize = 50;
+
+/// An item's stored evaluations, a page at a time (the newest 50 unless
+/// `limit` says, oldest first; `older` pages back): the snapshot the rules
+/// judged, what each plugin decided, and what `candidate` decides on the
+/// same snapshot now (moderators only). Client tokens see their own items.
 #[utoipa::path(
     get, path = "/v1/items/{id}/replay", tag = "items",
     params(("id" = String, Path), ReplayQuery),
@@ -474,6 +616,17 @@ pub async fn replay_item(
     Query(q): Query<ReplayQuery>,
 ) -> Result<Json<ItemReplay>, ApiError> {
     validate::path_id("id", &id)?;
+    let limit = q.limit.unwrap_or(DEFAULT_REPLAY_LIMIT);
+    if !(1..=backtest::MAX_REPLAYED_EVALUATIONS).contains(&limit) {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            format!("limit must be 1-{}", backtest::MAX_REPLAYED_EVALUATIONS),
+        ));
+    }
+    let page = backtest::ReplayPage {
+        before: q.before,
+        limit,
+    };
     if !state.store.item(&id).await?.is_some_and(|i| caller.may_read(&i.client)) {
         return Err(ApiError::not_found("item"));
     }
@@ -490,11 +643,17 @@ pub async fn replay_item(
         Some(c) => Some(find_candidate(&state, c).await?),
         None => None,
     };
-    let replay = backtest::replay_item(state.store.as_ref(), state.registry.engine(), &id, candidate.as_ref())
-        .await
-        .map_err(|e| match e {
-            backtest::BacktestError::Store(e) => ApiError::from(e),
-            other => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", other.to_string()),
-        })?;
+    let replay = backtest::replay_item(
+        state.store.as_ref(),
+        state.registry.engine(),
+        &id,
+        candidate.as_ref(),
+        page,
+    )
+    .await
+    .map_err(|e| match e {
+        backtest::BacktestError::Store(e) => ApiError::from(e),
+        other => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", other.to_string()),
+    })?;
     Ok(Json(replay))
 }

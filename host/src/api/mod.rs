@@ -65,10 +65,9 @@ pub struct AppState {
     pub tokens: Arc<Tokens>,
     pub client_limiter: Arc<RateLimiter>,
     pub author_limiter: Arc<AuthorLimiter>,
-    /// Backtests run one at a time per process (see `backtests.rs`)...
-    pub backtest_slots: Arc<tokio::sync::Semaphore>,
-    /// ...and at most `backtests::MAX_QUEUED` are held at once.
-    pub backtest_queue: Arc<tokio::sync::Semaphore>,
+    /// Backtests run one at a time per process, at most
+    /// `backtests::MAX_QUEUED` held at once (see `backtests.rs`).
+    pub(crate) backtests: Arc<backtests::Runner>,
     /// `config.standing`, shared with every submission's write.
     pub standing: Arc<crate::domain::standing::StandingPolicy>,
 }
@@ -106,8 +105,7 @@ impl AppState {
             scheduler: p.scheduler,
             metrics: p.metrics,
             tokens: Arc::new(p.tokens),
-            backtest_slots: Arc::new(tokio::sync::Semaphore::new(1)),
-            backtest_queue: Arc::new(tokio::sync::Semaphore::new(backtests::MAX_QUEUED)),
+            backtests: Arc::new(backtests::Runner::default()),
         }
     }
 }

@@ -17,7 +17,7 @@ pub mod html;
 mod replay;
 pub mod report;
 
-pub use replay::{ItemReplay, ReplayedDecision, ReplayedEvaluation, replay_item};
+pub use replay::{ItemReplay, MAX_REPLAYED_EVALUATIONS, ReplayPage, ReplayedDecision, ReplayedEvaluation, replay_item};
 pub use report::Report;
 
 use crate::clock::{Millis, now_ms};
@@ -29,6 +29,9 @@ use std::sync::Arc;
 
 /// The default sample: evaluations judged when neither `sample` nor `all` is given.
 pub const DEFAULT_SAMPLE: u64 = 10_000;
+
+/// The most evaluations `all` replays unless `evaluation.backtest_max_all` says.
+pub const DEFAULT_MAX_ALL: u64 = 1_000_000;
 
 /// A running backtest whose heartbeat (every 2 s) is older than this has
 /// lost its process; the retention task marks it failed.
@@ -110,6 +113,10 @@ pub struct Request {
     pub until_ms: Millis,
     /// How many evaluations to draw (uniformly, reproducibly); `None`: all.
     pub sample: Option<u64>,
+    /// With `sample: None`, the most evaluations the window may hold: a
+    /// larger one is refused ([`BacktestError::TooLarge`]) before anything
+    /// is replayed.
+    pub max_all: u64,
     /// Count failed evaluations as `hold`, as `evaluation.fail_closed` does.
     pub fail_closed: bool,
 }
@@ -121,6 +128,8 @@ pub enum BacktestError {
     Store(#[from] StoreError),
     #[error("cancelled")]
     Cancelled,
+    #[error("the window holds more than {max} evaluations, the most `all` replays: narrow the window or draw a sample")]
+    TooLarge { max: u64 },
     #[error("{0}")]
     Failed(String),
 }
@@ -177,7 +186,8 @@ impl SplitMix {
     }
 }
 
-/// The selection: every unit of the window (paged), or a uniform sample.
+/// The selection: every unit of the window (paged; at most
+/// `Request::max_all`), or a uniform sample.
 struct Selection {
     /// `Some(name)`: the replaced plugin's decisions; `None`: one per evaluation.
     plugin: Option<String>,
@@ -209,6 +219,9 @@ async fn select(store: &dyn History, req: &Request, name: &str, cancel: &Cancel)
             after = (last.created_at, last.decision_id);
             for unit in page {
                 available += 1;
+                if req.sample.is_none() && available > req.max_all {
+                    return Err(BacktestError::TooLarge { max: req.max_all });
+                }
                 match req.sample {
                     Some(n) if reservoir.len() as u64 >= n => {
                         let j = rng.below(available);
@@ -241,7 +254,9 @@ async fn select(store: &dyn History, req: &Request, name: &str, cancel: &Cancel)
 
 /// Runs a backtest: selects, replays in chunks (the candidate's
 /// evaluations on one blocking thread at a time, so a backtest takes at
-/// most one core from live traffic), and reports.
+/// most one core from live traffic), and reports. Memory is bounded: `all`
+/// streams the window in `(created_at, id)` pages of [`CHUNK`] and refuses a
+/// window of more than `max_all`; a sample holds at most its size.
 pub async fn run(
     store: &dyn History,
     engine: Arc<RuleEngine>,
@@ -288,6 +303,10 @@ pub async fn run(
                     .await?;
                 let Some(last) = page.last() else { break };
                 after = (last.created_at, last.decision_id);
+                // Stored since the selection counted (a window ending now).
+                if done + page.len() as u64 > req.max_all {
+                    return Err(BacktestError::TooLarge { max: req.max_all });
+                }
                 tally.replay_chunk(store, &engine, &page).await?;
                 done += page.len() as u64;
                 if !progress.advance(done, total.max(done)).await {
@@ -306,6 +325,28 @@ pub async fn run(
         started_at,
         clock.elapsed().as_millis() as u64,
     ))
+}
+
+/// How many evaluations a backtest of `req` with `candidate` would select,
+/// counting no further than `cap`: what the API checks `all` against
+/// before accepting it (the same selection as [`run`]: the replaced
+/// plugin's decisions, else, for a new plugin, one per evaluation).
+pub async fn count_selection(
+    store: &dyn History,
+    candidate: &Candidate,
+    req: &Request,
+    cap: u64,
+) -> Result<u64, StoreError> {
+    let cap = i64::try_from(cap).unwrap_or(i64::MAX);
+    let name = req
+        .replaces
+        .clone()
+        .unwrap_or_else(|| candidate.plugin.plugin.stamp.name.clone());
+    let mut n = store.count_units(Some(&name), req.since_ms, req.until_ms, cap).await?;
+    if n == 0 && req.replaces.is_none() {
+        n = store.count_units(None, req.since_ms, req.until_ms, cap).await?;
+    }
+    Ok(n.max(0) as u64)
 }
 
 /// The config pairs as a sorted map.

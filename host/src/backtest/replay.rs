@@ -8,7 +8,9 @@ use super::{BacktestError, Cancel, Candidate, Request, config_map, phase_of};
 use crate::clock::Millis;
 use crate::domain::{ItemStatus, Mode, Outcome, Phase, Verdict};
 use crate::rules::{Evaluation, RuleEngine, Snapshot, snapshot_from_spec};
-use crate::store::{DecisionRecord, History, ItemDecision, ReplayUnit, StoreError};
+use crate::store::{DecisionRecord, History, ReplayUnit, StoreError, StoreResult};
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use gavel_plugin_sdk::spec::SnapshotSpec;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -48,18 +50,86 @@ fn combine(verdicts: impl Iterator<Item = Option<Verdict>>, phase: Phase, sync: 
     v.map_or(ItemStatus::Visible, ItemStatus::for_verdict)
 }
 
+/// Decisions read per round trip around one evaluation: more than one
+/// evaluation's (the plugins of a phase) as deployed; a longer evaluation
+/// is read again with four times the span.
+const SPAN: i64 = 16;
+
+/// Store reads of one unit's evaluation at once (the read pool's size).
+const READS_IN_FLIGHT: usize = 4;
+
+/// The stored decisions one replayed evaluation is combined with.
+struct Context {
+    /// The unit's own decision.
+    decision: DecisionRecord,
+    /// Every decision of its evaluation (itself included), by id.
+    evaluation: Vec<DecisionRecord>,
+    /// In the async phase, the item's sync decisions in force before it.
+    sync: Vec<DecisionRecord>,
+}
+
+/// The decisions of the evaluation that made decision `id` of `item`: the
+/// run of the item's decisions around it made in one evaluation (written
+/// in one transaction, so nothing of the item comes between), by id;
+/// `None` if the decision is gone. Two keyset reads of at most a span each
+/// on `decisions_item`, whatever the item's history.
+async fn evaluation_of(store: &dyn History, item: &str, id: i64) -> StoreResult<Option<Vec<DecisionRecord>>> {
+    let mut span = SPAN;
+    loop {
+        let later = store.item_decisions_from(item, id, span).await?;
+        let Some(unit) = later.first().filter(|d| d.id == id) else {
+            return Ok(None);
+        };
+        let earlier = store.item_decisions(item, Some(id), span).await?;
+        let before = earlier.iter().take_while(|d| same_evaluation(d, unit)).count();
+        let after = later.iter().take_while(|d| same_evaluation(d, unit)).count();
+        if before as i64 == span || after as i64 == span {
+            span *= 4;
+            continue;
+        }
+        let mut run: Vec<DecisionRecord> = earlier.into_iter().take(before).rev().collect();
+        run.extend(later.into_iter().take(after));
+        return Ok(Some(run));
+    }
+}
+
 /// The item's sync-phase decisions in force before decision `before`: those
-/// of its latest sync evaluation (one snapshot, or one time) before it.
-fn sync_before<'a>(decisions: &'a [ItemDecision], item: &str, before: i64) -> Vec<&'a DecisionRecord> {
-    let earlier = decisions
-        .iter()
-        .filter(|d| d.item_id == item && d.decision.id < before)
-        .map(|d| &d.decision)
-        .filter(|d| d.phase == crate::domain::DecisionPhase::Sync);
-    let Some(last) = earlier.clone().max_by_key(|d| d.id) else {
-        return Vec::new();
+/// of its latest sync evaluation before it, by id (a seek on the sync
+/// decisions' own index, however many async ones came since).
+async fn sync_before(store: &dyn History, item: &str, before: i64) -> StoreResult<Vec<DecisionRecord>> {
+    let mut span = SPAN;
+    loop {
+        let newest = store.sync_decisions_before(item, before, span).await?;
+        let Some(last) = newest.first() else {
+            return Ok(Vec::new());
+        };
+        let n = newest.iter().take_while(|d| same_evaluation(d, last)).count();
+        if n as i64 == span {
+            span *= 4;
+            continue;
+        }
+        return Ok(newest.into_iter().take(n).rev().collect());
+    }
+}
+
+/// What a unit is combined with; `None` if its decision is gone.
+async fn context_of(store: &dyn History, unit: &ReplayUnit) -> StoreResult<Option<Context>> {
+    let Some(evaluation) = evaluation_of(store, &unit.item_id, unit.decision_id).await? else {
+        return Ok(None);
     };
-    earlier.filter(|d| same_evaluation(d, last)).collect()
+    let Some(decision) = evaluation.iter().find(|d| d.id == unit.decision_id).cloned() else {
+        return Ok(None);
+    };
+    let sync = if phase_of(&decision) == Some(Phase::Async) {
+        sync_before(store, &unit.item_id, decision.id).await?
+    } else {
+        Vec::new()
+    };
+    Ok(Some(Context {
+        decision,
+        evaluation,
+        sync,
+    }))
 }
 
 /// Whether two decisions of an item were made in one evaluation: on one
@@ -136,6 +206,10 @@ struct ModeratorView {
 /// One evaluation ready for the candidate.
 struct Prepared {
     decision: DecisionRecord,
+    /// Every decision of its evaluation.
+    evaluation: Vec<DecisionRecord>,
+    /// The item's sync decisions in force (async phase).
+    sync_decisions: Vec<DecisionRecord>,
     item_id: String,
     phase: Phase,
     spec: SnapshotSpec,
@@ -179,7 +253,9 @@ pub(super) struct Tally {
     incumbent_us: Vec<u64>,
     fidelity: Fidelity,
     incumbents: BTreeSet<(String, String, String)>,
-    moderators: HashMap<String, Option<ModeratorView>>,
+    /// What moderators did to the replayed items they decided (items
+    /// without a moderator decision are not kept).
+    moderators: HashMap<String, ModeratorView>,
     reviewed: HashMap<String, Reviewed>,
     cancel: Cancel,
 }
@@ -213,44 +289,49 @@ impl Tally {
         *self.not_replayable.entry(reason.to_string()).or_default() += 1;
     }
 
-    /// Replays one chunk of units: reads their decisions, snapshots and
-    /// configs, judges them with the candidate, and counts.
+    /// Replays one chunk of units: reads each one's evaluation (bounded
+    /// reads, whatever its item's history), snapshots and configs, judges
+    /// them with the candidate, and counts.
     pub(super) async fn replay_chunk(
         &mut self,
         store: &dyn History,
         engine: &Arc<RuleEngine>,
         units: &[ReplayUnit],
     ) -> Result<(), BacktestError> {
-        let mut items: Vec<&str> = units.iter().map(|u| u.item_id.as_str()).collect();
-        items.sort_unstable();
-        items.dedup();
-        let decisions = store.decisions_of(&items).await?;
-        self.learn_moderators(store, &items).await?;
-        let by_id: HashMap<i64, &ItemDecision> = decisions.iter().map(|d| (d.decision.id, d)).collect();
+        // Boxed with one named lifetime: a spawned runner's future must be
+        // `Send` for every borrow, which an unboxed closure's future is not
+        // proven to be.
+        let reads: Vec<BoxFuture<'_, StoreResult<Option<Context>>>> =
+            units.iter().map(|unit| context_of(store, unit).boxed()).collect();
+        let contexts: Vec<Option<Context>> = futures::stream::iter(reads)
+            .buffered(READS_IN_FLIGHT)
+            .try_collect()
+            .await?;
 
         // The documents to read: each unit's snapshot, and its stored config
         // when the candidate has none of its own.
-        let mut wanted: Vec<(&ReplayUnit, &ItemDecision, Phase, Option<&str>)> = Vec::new();
+        let mut wanted: Vec<(&ReplayUnit, Context, Phase, Option<String>)> = Vec::new();
         let judges_sync = self.candidate.plugin.phases.contains(&Phase::Sync);
-        let mut digests: HashSet<&str> = HashSet::new();
-        for unit in units {
-            let Some(d) = by_id.get(&unit.decision_id) else {
+        let mut digests: HashSet<String> = HashSet::new();
+        for (unit, context) in units.iter().zip(contexts) {
+            let Some(context) = context else {
                 self.skip("decision deleted");
                 continue;
             };
-            let Some(phase) = phase_of(&d.decision) else { continue };
+            let d = &context.decision;
+            let Some(phase) = phase_of(d) else { continue };
             if !self.candidate.plugin.phases.contains(&phase) {
                 self.skip("phase not declared by the candidate");
                 continue;
             }
-            let Some(snapshot) = d.decision.snapshot_digest.as_deref() else {
+            let Some(snapshot) = d.snapshot_digest.clone() else {
                 self.skip("no stored snapshot");
                 continue;
             };
             digests.insert(snapshot);
             if self.candidate.config.is_none()
                 && self.replacing
-                && let Some(config) = d.decision.config_digest.as_deref()
+                && let Some(config) = d.config_digest.clone()
             {
                 digests.insert(config);
             }
@@ -258,32 +339,30 @@ impl Tally {
             // candidate judges the sync snapshot the replaced plugin judged.
             let sync_digest = (phase == Phase::Async && self.replacing && judges_sync)
                 .then(|| {
-                    sync_before(&decisions, &unit.item_id, d.decision.id)
-                        .into_iter()
-                        .find(|s| s.plugin == d.decision.plugin)
-                        .map(|s| s.snapshot_digest.as_deref().unwrap_or_default())
+                    context
+                        .sync
+                        .iter()
+                        .find(|s| s.plugin == d.plugin)
+                        .map(|s| s.snapshot_digest.clone().unwrap_or_default())
                 })
                 .flatten();
-            if let Some(s) = sync_digest.filter(|s| !s.is_empty()) {
-                digests.insert(s);
+            if let Some(s) = sync_digest.as_ref().filter(|s| !s.is_empty()) {
+                digests.insert(s.clone());
             }
-            wanted.push((unit, d, phase, sync_digest));
+            wanted.push((unit, context, phase, sync_digest));
         }
-        let digests: Vec<&str> = digests.into_iter().collect();
+        let digests: Vec<&str> = digests.iter().map(String::as_str).collect();
         let docs = store.input_docs(&digests).await?;
 
         let mut prepared = Vec::with_capacity(wanted.len());
-        for (unit, d, phase, sync_digest) in wanted {
-            let digest = d.decision.snapshot_digest.as_deref().unwrap_or_default();
+        for (unit, context, phase, sync_digest) in wanted {
+            let d = &context.decision;
+            let digest = d.snapshot_digest.as_deref().unwrap_or_default();
             let Some(json) = docs.get(digest) else {
                 self.skip("snapshot expired");
                 continue;
             };
-            let stored_config = match (
-                &self.candidate.config,
-                self.replacing,
-                d.decision.config_digest.as_deref(),
-            ) {
+            let stored_config = match (&self.candidate.config, self.replacing, d.config_digest.as_deref()) {
                 (None, true, Some(c)) => match docs.get(c) {
                     Some(json) => Some(json.as_slice()),
                     None => {
@@ -302,16 +381,18 @@ impl Tally {
             };
             let pairs: Vec<(String, String)> = config.clone().into_iter().collect();
             let sync = sync_digest.map(|digest| {
-                docs.get(digest)
+                docs.get(&digest)
                     .and_then(|json| rebuild(json, config.clone()).ok())
-                    .map(|(_, snapshot)| (digest.to_string(), snapshot))
+                    .map(|(_, snapshot)| (digest, snapshot))
             });
             let Ok((spec, snapshot)) = rebuild(json, config) else {
                 self.skip("stored snapshot unreadable");
                 continue;
             };
             prepared.push(Prepared {
-                decision: d.decision.clone(),
+                decision: context.decision,
+                evaluation: context.evaluation,
+                sync_decisions: context.sync,
                 item_id: unit.item_id.clone(),
                 phase,
                 spec,
@@ -320,6 +401,11 @@ impl Tally {
                 sync,
             });
         }
+        // Only the items replayed here: a unit skipped above keeps no state.
+        let mut items: Vec<&str> = prepared.iter().map(|p| p.item_id.as_str()).collect();
+        items.sort_unstable();
+        items.dedup();
+        self.learn_moderators(store, &items).await?;
 
         let plugin = self.candidate.plugin.clone();
         let engine = engine.clone();
@@ -362,24 +448,11 @@ impl Tally {
             return Err(BacktestError::Cancelled);
         }
 
-        let mut by_evaluation: HashMap<(&str, &str), Vec<&DecisionRecord>> = HashMap::new();
-        for d in &decisions {
-            if let Some(s) = d.decision.snapshot_digest.as_deref() {
-                by_evaluation
-                    .entry((d.item_id.as_str(), s))
-                    .or_default()
-                    .push(&d.decision);
-            }
-        }
         for (p, e, sync_part) in judged {
             match e {
                 Ok(e) => {
-                    let digest = p.decision.snapshot_digest.as_deref().unwrap_or_default();
-                    let evaluation = by_evaluation
-                        .get(&(p.item_id.as_str(), digest))
-                        .cloned()
-                        .unwrap_or_default();
-                    let sync = sync_before(&decisions, &p.item_id, p.decision.id);
+                    let evaluation: Vec<&DecisionRecord> = p.evaluation.iter().collect();
+                    let sync: Vec<&DecisionRecord> = p.sync_decisions.iter().collect();
                     self.count(&p, &e, &evaluation, &sync, sync_part);
                 }
                 Err(_) => self.skip("host busy"),
@@ -388,6 +461,7 @@ impl Tally {
         Ok(())
     }
 
+    /// Reads what moderators did to `items` not seen in an earlier chunk.
     async fn learn_moderators(&mut self, store: &dyn History, items: &[&str]) -> Result<(), StoreError> {
         let new: Vec<&str> = items
             .iter()
@@ -397,20 +471,14 @@ impl Tally {
         if new.is_empty() {
             return Ok(());
         }
-        for i in &new {
-            self.moderators.insert(i.to_string(), None);
-        }
         for m in store.moderator_decisions(&new).await? {
-            let view = self.moderators.entry(m.item_id).or_default();
-            match view {
-                Some(v) => v.last = m.to,
-                None => {
-                    *view = Some(ModeratorView {
-                        first_at: m.at,
-                        last: m.to,
-                    })
-                }
-            }
+            self.moderators
+                .entry(m.item_id)
+                .and_modify(|v| v.last = m.to)
+                .or_insert(ModeratorView {
+                    first_at: m.at,
+                    last: m.to,
+                });
         }
         Ok(())
     }
@@ -520,7 +588,7 @@ impl Tally {
                 });
             }
         }
-        if let Some(Some(m)) = self.moderators.get(&p.item_id)
+        if let Some(m) = self.moderators.get(&p.item_id)
             && p.decision.created_at < m.first_at
         {
             let seen = Reviewed {
@@ -541,7 +609,7 @@ impl Tally {
     fn moderators(&self) -> Moderators {
         let mut m = Moderators::default();
         for (item, r) in &self.reviewed {
-            let Some(Some(view)) = self.moderators.get(item) else {
+            let Some(view) = self.moderators.get(item) else {
                 continue;
             };
             let moderator = actioned(view.last);
@@ -662,125 +730,184 @@ pub struct ReplayedEvaluation {
     pub candidate: Option<Evaluation>,
 }
 
-/// An item's history of evaluations, oldest first.
+/// A page of an item's history of evaluations, oldest first.
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ItemReplay {
     pub item_id: String,
     pub candidate: Option<VersionRef>,
     pub evaluations: Vec<ReplayedEvaluation>,
+    /// When older evaluations are stored: pass it as `before` for the page
+    /// before this one (`null` on the oldest page).
+    pub older: Option<i64>,
 }
 
-/// At most this many evaluations of one item are judged again.
+/// At most this many evaluations of one item in one page.
 pub const MAX_REPLAYED_EVALUATIONS: usize = 200;
 
-/// Every stored evaluation of `item_id` (the newest 200), each with what
-/// its plugins decided and, given a candidate, what it decides on the
+/// Decisions read per round trip while gathering a page of evaluations.
+const HISTORY_PAGE: i64 = 256;
+
+/// Which evaluations of an item one replay shows: the newest `limit` made
+/// before decision `before` (the newest of all when `None`).
+#[derive(Debug, Clone, Copy)]
+pub struct ReplayPage {
+    pub before: Option<i64>,
+    pub limit: usize,
+}
+
+/// The newest `limit` evaluations of `item_id` before decision `before`,
+/// newest first, each its decisions by id; and whether older ones exist.
+/// The item's decisions are read newest first, a page at a time, and each
+/// run of one evaluation's decisions grouped as it comes (one pass): the
+/// work is the page's, not the item's whole history.
+async fn newest_evaluations(
+    store: &dyn History,
+    item_id: &str,
+    page: ReplayPage,
+) -> StoreResult<(Vec<Vec<DecisionRecord>>, bool)> {
+    let mut groups: Vec<Vec<DecisionRecord>> = Vec::new();
+    let mut cursor = page.before;
+    let older = loop {
+        let decisions = store.item_decisions(item_id, cursor, HISTORY_PAGE).await?;
+        let exhausted = (decisions.len() as i64) < HISTORY_PAGE;
+        cursor = decisions.last().map(|d| d.id).or(cursor);
+        let mut full = false;
+        for d in decisions {
+            if let Some(group) = groups.last_mut().filter(|g| same_evaluation(&g[0], &d)) {
+                group.push(d);
+            } else if groups.len() == page.limit {
+                // One more evaluation begins: the last one kept is whole.
+                full = true;
+                break;
+            } else {
+                groups.push(vec![d]);
+            }
+        }
+        if full || exhausted {
+            break full;
+        }
+    };
+    for group in &mut groups {
+        group.reverse();
+    }
+    Ok((groups, older))
+}
+
+/// A page of `item_id`'s stored evaluations (see [`ReplayPage`]), each with
+/// what its plugins decided and, given a candidate, what it decides on the
 /// stored snapshot now (with its own config, else the stored config of the
-/// decision of the same name, else none).
+/// decision of the same name, else none). Reading is bounded by the page;
+/// unpacking the snapshots and judging them run on a blocking thread, off
+/// the async runtime.
 pub async fn replay_item(
     store: &dyn History,
     engine: &Arc<RuleEngine>,
     item_id: &str,
     candidate: Option<&Candidate>,
+    page: ReplayPage,
 ) -> Result<ItemReplay, BacktestError> {
-    let decisions = store.decisions_of(&[item_id]).await?;
-    let mut groups: Vec<(Option<String>, Vec<DecisionRecord>)> = Vec::new();
-    for d in decisions.into_iter().map(|d| d.decision) {
-        match groups.iter_mut().find(|(_, ds)| same_evaluation(&ds[0], &d)) {
-            Some((_, ds)) => ds.push(d),
-            None => groups.push((d.snapshot_digest.clone(), vec![d])),
-        }
-    }
-    if groups.len() > MAX_REPLAYED_EVALUATIONS {
-        groups.drain(..groups.len() - MAX_REPLAYED_EVALUATIONS);
-    }
-    let name = candidate.map(|c| c.plugin.plugin.info.name.clone());
+    let page = ReplayPage {
+        limit: page.limit.clamp(1, MAX_REPLAYED_EVALUATIONS),
+        ..page
+    };
+    let (mut groups, has_older) = newest_evaluations(store, item_id, page).await?;
+    groups.reverse();
+    let older = has_older.then(|| groups.first().map(|g| g[0].id)).flatten();
+    let name = candidate.map(|c| c.plugin.plugin.info.name.as_str());
     let mut digests: Vec<&str> = Vec::new();
-    for (snapshot, ds) in &groups {
-        digests.extend(snapshot.as_deref());
+    for ds in &groups {
+        digests.extend(ds[0].snapshot_digest.as_deref());
         if candidate.is_some_and(|c| c.config.is_none()) {
             digests.extend(
                 ds.iter()
-                    .filter(|d| Some(&d.plugin) == name.as_ref())
+                    .filter(|d| Some(d.plugin.as_str()) == name)
                     .filter_map(|d| d.config_digest.as_deref()),
             );
         }
     }
     let docs = store.input_docs(&digests).await?;
-    let mut evaluations = Vec::with_capacity(groups.len());
-    let mut jobs = Vec::new();
-    for (i, (snapshot_digest, ds)) in groups.iter().enumerate() {
-        let first = &ds[0];
-        let json = snapshot_digest.as_deref().and_then(|d| docs.get(d));
-        let mut not_replayable = match (snapshot_digest, json) {
-            (None, _) => Some("no stored snapshot".to_string()),
-            (Some(_), None) => Some("snapshot expired".to_string()),
-            _ => None,
-        };
-        if let (Some(c), None, Some(json), Some(phase)) = (candidate, &not_replayable, json, phase_of(first)) {
-            let stored_config = ds
-                .iter()
-                .find(|d| Some(&d.plugin) == name.as_ref())
-                .and_then(|d| d.config_digest.as_deref())
-                .and_then(|d| docs.get(d))
-                .map(|v| v.as_slice());
-            match config_for(c, &[], stored_config).and_then(|config| rebuild(json, config)) {
-                Ok((_, snapshot)) if c.plugin.phases.contains(&phase) => jobs.push((i, snapshot, phase)),
-                Ok(_) => not_replayable = Some("phase not declared by the candidate".into()),
-                Err(e) => not_replayable = Some(format!("stored snapshot unreadable: {e}")),
-            }
-        }
-        evaluations.push(ReplayedEvaluation {
-            at_ms: first.created_at,
-            phase: first.phase,
-            item_version: first.item_version,
-            snapshot_digest: snapshot_digest.clone(),
-            not_replayable,
-            snapshot: json.and_then(|j| serde_json::from_slice(j).ok()),
-            decisions: ds
-                .iter()
-                .map(|d| ReplayedDecision {
-                    id: d.id,
-                    plugin: d.plugin.clone(),
-                    plugin_version: d.plugin_version.clone(),
-                    plugin_digest: d.plugin_digest.clone(),
-                    mode: d.mode,
-                    applied: d.applied,
-                    outcome: d.outcome,
-                    verdict: d.verdict,
-                    score: d.score,
-                    labels: d.labels.clone(),
-                    reason: d.reason.clone(),
-                    duration_us: d.duration_us,
-                    reversed_at: d.reversed_at,
-                })
-                .collect(),
-            candidate: None,
-        });
-    }
-    if let Some(c) = candidate {
-        let plugin = c.plugin.clone();
-        let engine = engine.clone();
-        let judged = tokio::task::spawn_blocking(move || {
-            jobs.into_iter()
-                .map(|(i, snapshot, phase)| (i, plugin.evaluate(&engine, &snapshot, phase)))
-                .collect::<Vec<_>>()
-        })
+    let candidate_ref = candidate.map(|c| VersionRef::of(&c.plugin.plugin.stamp));
+    let candidate = candidate.cloned();
+    let engine = engine.clone();
+    let evaluations = tokio::task::spawn_blocking(move || replay_groups(&groups, &docs, &engine, candidate.as_ref()))
         .await
-        .map_err(|e| BacktestError::Failed(format!("the candidate's evaluation thread failed: {e}")))?;
-        for (i, e) in judged {
-            match e {
-                Ok(e) => evaluations[i].candidate = Some(e),
-                Err(e) => evaluations[i].not_replayable = Some(format!("host busy: {e}")),
-            }
-        }
-    }
-    let candidate = candidate.map(|c| VersionRef::of(&c.plugin.plugin.stamp));
+        .map_err(|e| BacktestError::Failed(format!("the replay thread failed: {e}")))?;
     Ok(ItemReplay {
         item_id: item_id.to_string(),
-        candidate,
+        candidate: candidate_ref,
         evaluations,
+        older,
     })
+}
+
+/// Each evaluation as shown, judged by `candidate` when given. Blocking:
+/// parses the snapshots and runs the candidate.
+fn replay_groups(
+    groups: &[Vec<DecisionRecord>],
+    docs: &HashMap<String, Vec<u8>>,
+    engine: &Arc<RuleEngine>,
+    candidate: Option<&Candidate>,
+) -> Vec<ReplayedEvaluation> {
+    let name = candidate.map(|c| c.plugin.plugin.info.name.as_str());
+    groups
+        .iter()
+        .map(|ds| {
+            let first = &ds[0];
+            let snapshot_digest = first.snapshot_digest.clone();
+            let json = snapshot_digest.as_deref().and_then(|d| docs.get(d));
+            let mut evaluation = ReplayedEvaluation {
+                at_ms: first.created_at,
+                phase: first.phase,
+                item_version: first.item_version,
+                not_replayable: match (&snapshot_digest, json) {
+                    (None, _) => Some("no stored snapshot".to_string()),
+                    (Some(_), None) => Some("snapshot expired".to_string()),
+                    _ => None,
+                },
+                snapshot_digest,
+                snapshot: json.and_then(|j| serde_json::from_slice(j).ok()),
+                decisions: ds.iter().map(replayed_decision).collect(),
+                candidate: None,
+            };
+            if let (Some(c), Some(json), Some(phase)) = (candidate, json, phase_of(first)) {
+                let stored_config = ds
+                    .iter()
+                    .find(|d| Some(d.plugin.as_str()) == name)
+                    .and_then(|d| d.config_digest.as_deref())
+                    .and_then(|d| docs.get(d))
+                    .map(|v| v.as_slice());
+                match config_for(c, &[], stored_config).and_then(|config| rebuild(json, config)) {
+                    Ok((_, snapshot)) if c.plugin.phases.contains(&phase) => {
+                        match c.plugin.evaluate(engine, &snapshot, phase) {
+                            Ok(e) => evaluation.candidate = Some(e),
+                            Err(e) => evaluation.not_replayable = Some(format!("host busy: {e}")),
+                        }
+                    }
+                    Ok(_) => evaluation.not_replayable = Some("phase not declared by the candidate".into()),
+                    Err(e) => evaluation.not_replayable = Some(format!("stored snapshot unreadable: {e}")),
+                }
+            }
+            evaluation
+        })
+        .collect()
+}
+
+fn replayed_decision(d: &DecisionRecord) -> ReplayedDecision {
+    ReplayedDecision {
+        id: d.id,
+        plugin: d.plugin.clone(),
+        plugin_version: d.plugin_version.clone(),
+        plugin_digest: d.plugin_digest.clone(),
+        mode: d.mode,
+        applied: d.applied,
+        outcome: d.outcome,
+        verdict: d.verdict,
+        score: d.score,
+        labels: d.labels.clone(),
+        reason: d.reason.clone(),
+        duration_us: d.duration_us,
+        reversed_at: d.reversed_at,
+    }
 }
 
 #[cfg(test)]

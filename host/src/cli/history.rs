@@ -78,6 +78,13 @@ pub struct ReplayArgs {
     /// Also judge each stored snapshot with this component.
     #[arg(long)]
     pub candidate: Option<PathBuf>,
+    /// Evaluations shown, the newest first chosen (1-200).
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=200))]
+    pub limit: u64,
+    /// Only evaluations made before this decision id (the `older` a
+    /// previous page printed).
+    #[arg(long)]
+    pub before: Option<i64>,
     /// Print the replay as JSON.
     #[arg(long)]
     pub json: bool,
@@ -164,6 +171,7 @@ pub async fn backtest(args: BacktestArgs) -> anyhow::Result<ExitCode> {
         since_ms: args.since,
         until_ms: args.until.unwrap_or_else(now_ms),
         sample: backtest::sample_size(args.all, args.sample),
+        max_all: config.evaluation.backtest_max_all,
         fail_closed: config.evaluation.fail_closed,
     };
     let bar = indicatif::ProgressBar::new(0);
@@ -310,7 +318,11 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         Some(file) => Some(prepare(&registry, file).await?),
         None => None,
     };
-    let replay = backtest::replay_item(store.as_ref(), registry.engine(), &args.item, candidate.as_ref()).await?;
+    let page = backtest::ReplayPage {
+        before: args.before,
+        limit: args.limit as usize,
+    };
+    let replay = backtest::replay_item(store.as_ref(), registry.engine(), &args.item, candidate.as_ref(), page).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&replay)?);
         return Ok(ExitCode::SUCCESS);
@@ -358,6 +370,9 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
             (None, Some(why)) => println!("   ({why})"),
             _ => {}
         }
+    }
+    if let Some(older) = replay.older {
+        println!("older evaluations are stored: --before {older}");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -338,6 +338,9 @@ pub struct EvaluationConfig {
     /// kept `retention.snapshots_ms`) with its decisions, so backtests and
     /// `gavel replay` can judge it again.
     pub store_snapshots: bool,
+    /// The most evaluations a backtest with `all` replays: a window holding
+    /// more is refused (422) and wants a `sample` or a narrower window.
+    pub backtest_max_all: u64,
 }
 
 /// Debounce settings.
@@ -400,6 +403,7 @@ impl Default for EvaluationConfig {
             retry_max_ms: 60_000,
             degraded_lag_ms: 60_000,
             store_snapshots: true,
+            backtest_max_all: crate::backtest::DEFAULT_MAX_ALL,
         }
     }
 }

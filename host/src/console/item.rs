@@ -22,7 +22,14 @@ pub struct ItemQuery {
     filters: Filters,
     #[serde(default)]
     decided: Option<String>,
+    /// Show the decisions made before this decision id (a number; kept a
+    /// string here: flattened query fields arrive as strings).
+    #[serde(default)]
+    decisions_before: Option<String>,
 }
+
+/// Decisions the item page shows at once; older ones are a link away.
+pub const PAGE_DECISIONS: i64 = 50;
 
 /// Everything the item page shows.
 struct ItemPage {
@@ -32,14 +39,23 @@ struct ItemPage {
     /// The author's account standing (with `[standing]` on).
     standing: Option<AuthorDetails>,
     claim: Option<ReviewClaim>,
+    /// The decisions shown are the ones before this id (`None`: the newest).
+    decisions_before: Option<i64>,
+    /// The oldest decision shown, when older ones are stored.
+    older_decisions: Option<i64>,
 }
 
-async fn load(state: &AppState, id: &str) -> Result<ItemPage, PageError> {
-    let details = state
+async fn load(state: &AppState, id: &str, decisions_before: Option<i64>) -> Result<ItemPage, PageError> {
+    // One decision more than shown: whether older ones exist.
+    let mut details = state
         .store
-        .item_details(id)
+        .item_details_page(id, decisions_before, PAGE_DECISIONS + 1)
         .await?
         .ok_or_else(|| PageError::new(StatusCode::NOT_FOUND, "No item has this id."))?;
+    let older_decisions = (details.decisions.len() as i64 > PAGE_DECISIONS).then(|| {
+        details.decisions.remove(0);
+        details.decisions[0].id
+    });
     let deliveries = state.store.item_deliveries(id).await?;
     let author = state
         .store
@@ -62,6 +78,8 @@ async fn load(state: &AppState, id: &str) -> Result<ItemPage, PageError> {
         author,
         standing,
         claim,
+        decisions_before,
+        older_decisions,
     })
 }
 
@@ -72,7 +90,8 @@ pub async fn item_page(
     Path(id): Path<String>,
     Query(q): Query<ItemQuery>,
 ) -> Result<Response, PageError> {
-    let page = load(&state, &id).await?;
+    let before = q.decisions_before.as_deref().and_then(|b| b.parse::<i64>().ok());
+    let page = load(&state, &id, before).await?;
     let flash = q.decided.is_some().then_some(Banner::Decided);
     Ok(render(&session, &page, &q.filters, flash, StatusCode::OK))
 }
@@ -131,6 +150,7 @@ fn render(
             }
             (decision_bar(session, page, filters))
             h2 { "Timeline" }
+            (decision_pages(page))
             (timeline(page, now))
         }
     };
@@ -243,6 +263,23 @@ fn decision_bar(session: &SignedIn, page: &ItemPage, filters: &Filters) -> Marku
                 dt { kbd { "s" } } dd { "skip this item (it goes to another moderator)" }
                 dt { kbd { "Esc" } } dd { "leave the reason field" }
                 dt { kbd { "?" } } dd { "show or hide this list" }
+            }
+        }
+    }
+}
+
+/// Which decisions the timeline holds, with links to older and newest ones.
+fn decision_pages(page: &ItemPage) -> Markup {
+    let id = encode(&page.details.item.id);
+    html! {
+        p #decision-pages.hint {
+            @if page.decisions_before.is_some() {
+                "Older decisions. " a #newest-decisions href={ "/console/items/" (id) } { "Newest decisions" } " "
+            } @else {
+                "The latest " (PAGE_DECISIONS) " decisions at most. "
+            }
+            @if let Some(older) = page.older_decisions {
+                a #older-decisions href={ "/console/items/" (id) "?decisions_before=" (older) } { "Older decisions" }
             }
         }
     }
@@ -382,7 +419,7 @@ pub async fn decide(
         && let Some(c) = state.store.claim_of(&id).await?
         && c.moderator != session.moderator
     {
-        let page = load(&state, &id).await?;
+        let page = load(&state, &id, None).await?;
         let why = format!(
             "{} is reviewing this item. Tick \"Decide anyway\" to decide it yourself.",
             c.moderator
@@ -426,7 +463,7 @@ pub async fn decide(
         ModerationOutcome::VersionMismatch { .. } => Banner::Conflict,
         ModerationOutcome::Illegal { from } => Banner::Refused(format!("An item that is {from} cannot become {to}.")),
     };
-    let page = load(&state, &id).await?;
+    let page = load(&state, &id, None).await?;
     Ok(render(
         &session,
         &page,

@@ -142,8 +142,24 @@ pub trait History: Send + Sync {
         limit: i64,
     ) -> StoreResult<Vec<ReplayUnit>>;
 
-    /// Every decision of the items `ids`, by id.
-    async fn decisions_of(&self, ids: &[&str]) -> StoreResult<Vec<ItemDecision>>;
+    /// How many units [`History::replay_units`] would list for the window,
+    /// counting no further than `cap` (a bounded read: at most `cap` index
+    /// entries).
+    async fn count_units(&self, plugin: Option<&str>, since: Millis, until: Millis, cap: i64) -> StoreResult<i64>;
+
+    /// The decisions of `item_id` before decision `before` (the newest when
+    /// `None`), newest first, at most `limit`: one range of index
+    /// `decisions_item`.
+    async fn item_decisions(&self, item_id: &str, before: Option<i64>, limit: i64) -> StoreResult<Vec<DecisionRecord>>;
+
+    /// The decisions of `item_id` from decision `from` on (`from` itself
+    /// included), oldest first, at most `limit`.
+    async fn item_decisions_from(&self, item_id: &str, from: i64, limit: i64) -> StoreResult<Vec<DecisionRecord>>;
+
+    /// The sync-phase decisions of `item_id` before decision `before`,
+    /// newest first, at most `limit` (partial index `decisions_item_sync`:
+    /// the async decisions in between are not read).
+    async fn sync_decisions_before(&self, item_id: &str, before: i64, limit: i64) -> StoreResult<Vec<DecisionRecord>>;
 
     /// The JSON of the stored documents `digests` (unknown, expired or
     /// unreadable ones are left out).
@@ -235,6 +251,17 @@ macro_rules! impl_history {
                 })
             }
 
+            async fn decision_rows<'q>(
+                store: &$store,
+                q: sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>>,
+            ) -> StoreResult<Vec<DecisionRecord>> {
+                q.fetch_all(store.read_pool())
+                    .await?
+                    .iter()
+                    .map(txn::decision_from_row)
+                    .collect()
+            }
+
             const BACKTEST_COLUMNS: &str =
                 "id, status, request, candidate, created_by, done, total, report, error, created_at, finished_at";
 
@@ -295,27 +322,62 @@ macro_rules! impl_history {
                         .collect())
                 }
 
-                async fn decisions_of(&self, ids: &[&str]) -> StoreResult<Vec<ItemDecision>> {
-                    let mut out = Vec::new();
-                    for chunk in ids.chunks(256) {
-                        let sql = in_list(
-                            &format!(
-                                "SELECT {} FROM {} WHERE d.item_id IN (LIST) ORDER BY d.id",
-                                txn::DECISIONS,
-                                txn::DECISIONS_TABLE
-                            ),
-                            chunk.len(),
-                        );
-                        let q = chunk.iter().fold(sqlx::query(&sql), |q, id| q.bind(*id));
-                        for r in q.fetch_all(self.read_pool()).await? {
-                            out.push(ItemDecision {
-                                item_id: r.try_get("item_id")?,
-                                decision: txn::decision_from_row(&r)?,
-                            });
-                        }
-                    }
-                    out.sort_by_key(|d| d.decision.id);
-                    Ok(out)
+                async fn count_units(
+                    &self,
+                    plugin: Option<&str>,
+                    since: Millis,
+                    until: Millis,
+                    cap: i64,
+                ) -> StoreResult<i64> {
+                    let q = match plugin {
+                        Some(plugin) => sqlx::query_scalar(
+                            "SELECT COUNT(*) FROM (SELECT 1 FROM decisions WHERE plugin = $1 \
+                             AND created_at >= $2 AND created_at < $3 AND phase <> 'provider' LIMIT $4) w",
+                        )
+                        .bind(plugin),
+                        None => sqlx::query_scalar(
+                            "SELECT COUNT(*) FROM (SELECT 1 FROM decisions d \
+                             WHERE d.created_at >= $1 AND d.created_at < $2 \
+                             AND d.phase <> 'provider' AND d.snapshot_digest IS NOT NULL \
+                             AND d.id = (SELECT MIN(e.id) FROM decisions e WHERE e.item_id = d.item_id \
+                             AND e.snapshot_digest = d.snapshot_digest) LIMIT $3) w",
+                        ),
+                    };
+                    Ok(q.bind(since).bind(until).bind(cap).fetch_one(self.read_pool()).await?)
+                }
+
+                async fn item_decisions(
+                    &self,
+                    item_id: &str,
+                    before: Option<i64>,
+                    limit: i64,
+                ) -> StoreResult<Vec<DecisionRecord>> {
+                    let sql = format!(
+                        "SELECT {} FROM {} WHERE d.item_id = $1 AND d.id < $2 ORDER BY d.id DESC LIMIT $3",
+                        txn::DECISIONS,
+                        txn::DECISIONS_TABLE
+                    );
+                    decision_rows(self, sqlx::query(&sql).bind(item_id).bind(before.unwrap_or(i64::MAX)).bind(limit)).await
+                }
+
+                async fn item_decisions_from(&self, item_id: &str, from: i64, limit: i64) -> StoreResult<Vec<DecisionRecord>> {
+                    let sql = format!(
+                        "SELECT {} FROM {} WHERE d.item_id = $1 AND d.id >= $2 ORDER BY d.id LIMIT $3",
+                        txn::DECISIONS,
+                        txn::DECISIONS_TABLE
+                    );
+                    decision_rows(self, sqlx::query(&sql).bind(item_id).bind(from).bind(limit)).await
+                }
+
+                async fn sync_decisions_before(&self, item_id: &str, before: i64, limit: i64) -> StoreResult<Vec<DecisionRecord>> {
+                    // `phase = 'sync'` as written: the partial index's predicate.
+                    let sql = format!(
+                        "SELECT {} FROM {} WHERE d.item_id = $1 AND d.phase = 'sync' AND d.id < $2 \
+                         ORDER BY d.id DESC LIMIT $3",
+                        txn::DECISIONS,
+                        txn::DECISIONS_TABLE
+                    );
+                    decision_rows(self, sqlx::query(&sql).bind(item_id).bind(before).bind(limit)).await
                 }
 
                 async fn input_docs(&self, digests: &[&str]) -> StoreResult<HashMap<String, Vec<u8>>> {

@@ -201,7 +201,20 @@ pub trait Items: Send + Sync {
     /// Items by id, in any order (unknown ids are left out).
     async fn items(&self, ids: &[&str]) -> StoreResult<Vec<Item>>;
 
-    async fn item_details(&self, id: &str) -> StoreResult<Option<ItemDetails>>;
+    /// The item with every decision.
+    async fn item_details(&self, id: &str) -> StoreResult<Option<ItemDetails>> {
+        self.item_details_page(id, None, i64::MAX).await
+    }
+
+    /// The item with its newest `decisions` decisions made before decision
+    /// `before` (the newest when `None`), oldest first: a bounded read of
+    /// an item with a long history.
+    async fn item_details_page(
+        &self,
+        id: &str,
+        before: Option<i64>,
+        decisions: i64,
+    ) -> StoreResult<Option<ItemDetails>>;
 
     /// A conditional status change with its audit row.
     async fn transition(&self, req: &TransitionRequest) -> StoreResult<Transition>;
@@ -369,7 +382,12 @@ macro_rules! impl_items {
                     Ok(out)
                 }
 
-                async fn item_details(&self, id: &str) -> StoreResult<Option<ItemDetails>> {
+                async fn item_details_page(
+                    &self,
+                    id: &str,
+                    before: Option<i64>,
+                    decisions: i64,
+                ) -> StoreResult<Option<ItemDetails>> {
                     let mut tx = self.begin_snapshot().await?;
                     let Some(item) = txn::read_items(&mut *tx, &[id]).await?.pop() else {
                         return Ok(None);
@@ -398,17 +416,20 @@ macro_rules! impl_items {
                     })
                     .collect::<StoreResult<Vec<_>>>()?;
                     events.reverse();
-                    let decisions = sqlx::query(&format!(
-                        "SELECT {} FROM {} WHERE d.item_id = $1 ORDER BY d.id",
+                    let mut decisions = sqlx::query(&format!(
+                        "SELECT {} FROM {} WHERE d.item_id = $1 AND d.id < $2 ORDER BY d.id DESC LIMIT $3",
                         txn::DECISIONS,
                         txn::DECISIONS_TABLE
                     ))
                     .bind(id)
+                    .bind(before.unwrap_or(i64::MAX))
+                    .bind(decisions)
                     .fetch_all(&mut *tx)
                     .await?
                     .iter()
                     .map(txn::decision_from_row)
                     .collect::<StoreResult<Vec<_>>>()?;
+                    decisions.reverse();
                     let transitions = sqlx::query(&format!(
                         "SELECT {} FROM transitions WHERE item_id = $1 ORDER BY id",
                         txn::TRANSITIONS

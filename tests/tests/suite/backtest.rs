@@ -526,6 +526,63 @@ async fn a_backtest_can_be_cancelled(setup: Setup) {
     s.stop().await.unwrap();
 }
 
+/// A backtest waiting for the process's run slot gives its place back the
+/// moment it is cancelled: with every place held (one running, seven
+/// waiting), cancelling a waiting one lets the next POST in at once.
+async fn cancelling_a_queued_backtest_frees_its_place(setup: Setup) {
+    let s = server(setup, false, |_| {}).await;
+    let mut ids = Vec::new();
+    for i in 0..150 {
+        ids.push(
+            s.submit(&format!("a{}", i % 10), &format!("an ordinary message {i}"))
+                .await,
+        );
+    }
+    settle_all(&s, &ids).await;
+    // The disabled slow rule takes 40 ms per evaluation: the first runs for
+    // about 6 s, the others wait behind it.
+    let slow = json!({"candidate": "misbehave", "replaces": "link-spam", "all": true});
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        let r = s.post("/v1/backtests", &s.moderator).json(&slow).send().await.unwrap();
+        assert_eq!(r.status(), 202);
+        held.push(r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string());
+    }
+    let full = s.post("/v1/backtests", &s.moderator).json(&slow).send().await.unwrap();
+    assert_eq!(full.status(), 429, "every place is held");
+    let waiting = held.last().unwrap();
+    let r = s
+        .http
+        .delete(format!("{}/v1/backtests/{waiting}", s.url))
+        .bearer_auth(&s.moderator)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.json::<Value>().await.unwrap()["status"], "cancelled");
+    // No waiting: the running backtest is still far from its end.
+    let next = s
+        .post("/v1/backtests", &s.moderator)
+        .json(&json!({"candidate": "link-spam", "sample": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(next.status(), 202, "{}", next.text().await.unwrap());
+    let running = s.get_json(&format!("/v1/backtests/{}", held[0]), &s.moderator).await;
+    assert_eq!(
+        running["status"], "running",
+        "the place was freed before the running one ended"
+    );
+    for id in &held[..7] {
+        s.http
+            .delete(format!("{}/v1/backtests/{id}", s.url))
+            .bearer_auth(&s.moderator)
+            .send()
+            .await
+            .unwrap();
+    }
+    s.stop().await.unwrap();
+}
+
 /// One item's history: each stored evaluation with its decisions and the
 /// snapshot, and what a candidate decides on it now; clients see their own.
 async fn an_items_history_replays_step_by_step(setup: Setup) {
@@ -578,6 +635,169 @@ async fn an_items_history_replays_step_by_step(setup: Setup) {
         .await
         .unwrap();
     assert_eq!(unknown.status(), 404);
+    s.stop().await.unwrap();
+}
+
+/// Evaluations of the long history below, after the item's own.
+const SEEDED: usize = 450;
+
+/// A long history is read a page at a time, at the store: each replay page
+/// holds at most `limit` evaluations, newest first chosen, with a cursor to
+/// the older ones; walking the cursors visits every stored evaluation
+/// exactly once, in order. The console's item page shows the latest 50
+/// decisions with a link to older ones.
+async fn a_long_history_is_paged_at_the_store(setup: Setup) {
+    let s = server(setup, false, |_| {}).await;
+    let id = s.submit("alice", "a quiet message").await;
+    s.settled(&id).await;
+    let own = s.get_json(&format!("/v1/items/{id}/replay"), &s.moderator).await;
+    let own = own["evaluations"].as_array().unwrap().len();
+    let store = s.open_store().await;
+    let plugins = [
+        ("alpha", "1.0.0", &"a".repeat(64)[..]),
+        ("beta", "1.0.0", &"b".repeat(64)[..]),
+    ];
+    let start = gavel::clock::now_ms() + 1_000;
+    gavel_tests::history::seed_evaluations(&store, &id, "a quiet message", &plugins, SEEDED, start)
+        .await
+        .unwrap();
+
+    let newest = s
+        .get_json(&format!("/v1/items/{id}/replay?limit=200"), &s.moderator)
+        .await;
+    let evaluations = newest["evaluations"].as_array().unwrap();
+    assert_eq!(evaluations.len(), 200, "{:#}", newest["older"]);
+    let last = evaluations.last().unwrap();
+    assert_eq!(
+        last["snapshot"]["counters"]["flag"],
+        SEEDED - 1,
+        "oldest first, ending with the newest"
+    );
+    assert_eq!(
+        last["decisions"].as_array().unwrap().len(),
+        2,
+        "one evaluation, both its decisions"
+    );
+    assert!(
+        newest["older"].is_i64(),
+        "older evaluations are a cursor away: {:#}",
+        newest["older"]
+    );
+
+    // Every page back: each older than the one after it, none repeated.
+    let mut seen: Vec<i64> = Vec::new();
+    let mut before: Option<i64> = None;
+    let mut pages = 0;
+    loop {
+        let path = match before {
+            Some(b) => format!("/v1/items/{id}/replay?limit=64&before={b}"),
+            None => format!("/v1/items/{id}/replay?limit=64"),
+        };
+        let page = s.get_json(&path, &s.moderator).await;
+        let evaluations = page["evaluations"].as_array().unwrap();
+        assert!(!evaluations.is_empty() && evaluations.len() <= 64, "{page:#}");
+        let mut times: Vec<i64> = evaluations.iter().map(|e| e["at_ms"].as_i64().unwrap()).collect();
+        assert!(times.is_sorted(), "a page is oldest first");
+        if let Some(first) = seen.first() {
+            assert!(
+                times.last().unwrap() <= first,
+                "each page is older than the one after it"
+            );
+        }
+        times.extend(seen);
+        seen = times;
+        pages += 1;
+        match page["older"].as_i64() {
+            Some(b) => before = Some(b),
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), SEEDED + own, "every evaluation once");
+    assert_eq!(pages, (SEEDED + own).div_ceil(64));
+    let seeded: Vec<i64> = seen.iter().copied().filter(|t| *t >= start).collect();
+    assert_eq!(seeded, (0..SEEDED as i64).map(|k| start + k).collect::<Vec<_>>());
+
+    for bad in ["limit=0", "limit=201", "before=x"] {
+        let r = s
+            .get(&format!("/v1/items/{id}/replay?{bad}"), &s.moderator)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 400, "{bad}");
+    }
+
+    // The console: the latest 50 decisions, and a link to older ones.
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let page = format!("/console/items/{id}");
+    let (session, _) = crate::console::sign_in(&http, &s.url, &page, &s.moderator).await;
+    let cookie = format!("gavel_session={}", session.unwrap());
+    let html = |path: String| {
+        let (http, cookie, url) = (&http, &cookie, &s.url);
+        async move {
+            let r = http
+                .get(format!("{url}{path}"))
+                .header("cookie", cookie)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            r.text().await.unwrap()
+        }
+    };
+    let latest = html(page.clone()).await;
+    assert_eq!(latest.matches(r#"data-kind="decision""#).count(), 50, "{latest}");
+    let older = latest
+        .split(r#"id="older-decisions" href=""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a link to older decisions")
+        .replace("&amp;", "&");
+    let previous = html(older).await;
+    assert_eq!(previous.matches(r#"data-kind="decision""#).count(), 50);
+    assert!(previous.contains(r#"id="newest-decisions""#));
+    s.stop().await.unwrap();
+}
+
+/// `all` is bounded: a window holding more evaluations than
+/// `evaluation.backtest_max_all` is refused with a clear 422 before
+/// anything runs (and `since_ms = 0` is no way around it); a window within
+/// the bound runs.
+async fn all_is_refused_past_its_bound(setup: Setup) {
+    let s = server(setup, false, |c| c.evaluation.backtest_max_all = 5).await;
+    let mut ids = Vec::new();
+    for i in 0..8 {
+        ids.push(s.submit(&format!("a{i}"), &format!("an ordinary message {i}")).await);
+    }
+    settle_all(&s, &ids).await;
+    for body in [
+        json!({"candidate": "link-spam", "all": true}),
+        json!({"candidate": "link-spam", "all": true, "since_ms": 0}),
+        json!({"candidate": "new-one", "replaces": "link-spam", "all": true, "since_ms": 0}),
+    ] {
+        let r = s.post("/v1/backtests", &s.moderator).json(&body).send().await.unwrap();
+        if body["candidate"] == "new-one" {
+            assert_eq!(r.status(), 404, "an unknown candidate first");
+            continue;
+        }
+        assert_eq!(r.status(), 422, "{body}");
+        let e: Value = r.json().await.unwrap();
+        assert_eq!(e["error"]["code"], "backtest_too_large", "{e:#}");
+        assert!(e["error"]["message"].as_str().unwrap().contains("more than 5"), "{e:#}");
+    }
+    let list = s.get_json("/v1/backtests", &s.moderator).await;
+    assert_eq!(list["backtests"], json!([]), "nothing was started");
+    // A sample of the same window runs, and so does `all` over a window within the bound.
+    backtest(&s, json!({"candidate": "link-spam", "sample": 3})).await;
+    let since = s.get_json(&format!("/v1/items/{}", ids[5]), &s.client).await["created_at"]
+        .as_i64()
+        .unwrap();
+    let record = backtest(&s, json!({"candidate": "link-spam", "all": true, "since_ms": since})).await;
+    let total = record["progress"]["total"].as_u64().unwrap();
+    assert!((1..=5).contains(&total), "{record:#}");
+    assert_eq!(record["progress"]["done"], total, "{record:#}");
     s.stop().await.unwrap();
 }
 
@@ -670,6 +890,9 @@ gavel_tests::both!(
     moderator_agreement_is_counted_on_known_answers,
     expired_snapshots_are_counted_not_skipped,
     a_backtest_can_be_cancelled,
+    cancelling_a_queued_backtest_frees_its_place,
     an_items_history_replays_step_by_step,
+    a_long_history_is_paged_at_the_store,
+    all_is_refused_past_its_bound,
     the_cli_backtests_and_replays_a_stopped_servers_store,
 );
