@@ -11,7 +11,7 @@ use crate::clock::now_ms;
 use crate::config::{EvaluationConfig, IngestConfig, ProviderConfig};
 use crate::coordinator::{CoordinatorError, Lease, Schedule, SharedCoordinator};
 use crate::domain::policy::{EvaluationInputs, ProviderAnswer, evaluation};
-use crate::domain::standing::{StandingPolicy, may_count};
+use crate::domain::standing::StandingPolicy;
 use crate::domain::{Actor, ItemStatus, Mode, Phase, Verdict};
 use crate::judge::{Judgement, judge, snapshot_of};
 use crate::metrics::Metrics;
@@ -613,7 +613,10 @@ impl Worker {
             match judged {
                 Ok((data, judgement)) => {
                     let (commit, verdict) = self.decide(&data, &judgement);
-                    let strikes = |d: &NewDecision| may_count(d.mode, d.applied, d.outcome, d.verdict);
+                    // Only a decision that weighs can change the score: no
+                    // recomputation is queued for one that cannot.
+                    let strikes =
+                        |d: &NewDecision| p.standing.weighs(d.mode, d.applied, d.outcome, d.verdict, &d.labels);
                     let author = (p.standing.enabled && commit.decisions.iter().any(strikes))
                         .then(|| (data.item.client.clone(), data.item.author.clone()));
                     commits.push(Judged {

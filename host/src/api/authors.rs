@@ -8,7 +8,7 @@ use super::error::{ApiError, ErrorBody, Json, Path, Query};
 use super::validate;
 use crate::config::Role;
 use crate::domain::standing::{AuthorActor, TierEffect};
-use crate::store::{AuthorDetails, AuthorModeration, AuthorModerationOutcome, AuthorTransitionRecord};
+use crate::store::{AuthorDetails, AuthorModeration, AuthorModerationOutcome, AuthorPage, AuthorTransitionRecord};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
@@ -22,6 +22,32 @@ pub struct AuthorQuery {
     /// reads its own authors (and may omit it); a moderator must name it.
     #[param(min_length = 1, max_length = 256)]
     pub client: Option<String>,
+    /// Entries per list and page, 1-500 (default 100).
+    #[param(minimum = 1, maximum = 500)]
+    pub limit: Option<i64>,
+    /// `next_decisions_after` of the previous page.
+    #[param(minimum = 0)]
+    pub decisions_after: Option<i64>,
+    /// `next_transitions_after` of the previous page.
+    #[param(minimum = 0)]
+    pub transitions_after: Option<i64>,
+}
+
+/// The page of the author's lists a query asks for.
+fn page_of(q: &AuthorQuery) -> Result<AuthorPage, ApiError> {
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=500).contains(&limit) {
+        return Err(ApiError::bad_request("invalid_query", "limit must be 1-500"));
+    }
+    let cursor = |name: &str, v: Option<i64>| match v {
+        Some(v) if v < 0 => Err(ApiError::bad_request("invalid_query", format!("{name} must be >= 0"))),
+        v => Ok(v.unwrap_or(0)),
+    };
+    Ok(AuthorPage {
+        decisions_after: cursor("decisions_after", q.decisions_after)?,
+        transitions_after: cursor("transitions_after", q.transitions_after)?,
+        limit,
+    })
 }
 
 /// An author's account standing.
@@ -41,18 +67,24 @@ pub struct AuthorView {
     pub manual: bool,
     /// `rules`, `moderator`, or `null` before the first change.
     pub decided_by: Option<AuthorActor>,
-    /// The strike score now, derived from the decision log.
+    /// The strike score now, derived from the decision log (never negative).
     pub strikes: f64,
     /// The window strikes count in, in milliseconds.
     pub window_ms: i64,
-    /// The decisions that count, one per item (its heaviest), by id.
+    /// How many decisions count: one per item (its heaviest).
+    pub counted: i64,
+    /// A page of the decisions that count, by id (`limit`, `decisions_after`).
     pub decisions: Vec<i64>,
+    /// Pass as `decisions_after` for the next page; `null` on the last one.
+    pub next_decisions_after: Option<i64>,
     /// When the oldest counting decision leaves the window.
     pub next_expiry: Option<i64>,
     pub first_seen: i64,
     pub last_seen: i64,
-    /// Every change of state, oldest first.
+    /// A page of the changes of state, oldest first (`limit`, `transitions_after`).
     pub transitions: Vec<AuthorTransitionRecord>,
+    /// Pass as `transitions_after` for the next page; `null` on the last one.
+    pub next_transitions_after: Option<i64>,
 }
 
 fn view(state: &AppState, d: AuthorDetails) -> AuthorView {
@@ -73,11 +105,14 @@ fn view(state: &AppState, d: AuthorDetails) -> AuthorView {
         version: r.version,
         strikes: d.strikes.score,
         window_ms: p.window_ms,
-        decisions: d.strikes.decisions,
+        counted: d.strikes.counted,
+        decisions: d.decisions,
+        next_decisions_after: d.next_decisions_after,
         next_expiry: d.strikes.next_expiry,
         first_seen: r.first_seen,
         last_seen: r.last_seen,
         transitions: d.transitions,
+        next_transitions_after: d.next_transitions_after,
     }
 }
 
@@ -102,7 +137,7 @@ fn client_of<'a>(caller: &'a Caller, q: &'a AuthorQuery) -> Result<&'a str, ApiE
 }
 
 /// Read an author's standing: state, strikes derived now from the decision
-/// log (and the decisions that count), and every change of state.
+/// log, and a page of the decisions that count and of the changes of state.
 #[utoipa::path(
     get, path = "/v1/authors/{author}", tag = "authors",
     params(("author" = String, Path), AuthorQuery),
@@ -120,9 +155,10 @@ pub async fn get_author(
 ) -> Result<Json<AuthorView>, ApiError> {
     validate::path_id("author", &author)?;
     let client = client_of(&caller, &q)?;
+    let page = page_of(&q)?;
     let details = state
         .store
-        .author(client, &author, &state.standing, crate::clock::now_ms())
+        .author(client, &author, &state.standing, crate::clock::now_ms(), page)
         .await?
         .ok_or_else(|| ApiError::not_found("author"))?;
     Ok(Json(view(&state, details)))
@@ -169,6 +205,7 @@ pub async fn moderate_author(
 ) -> Result<Json<AuthorView>, ApiError> {
     validate::path_id("author", &author)?;
     let client = client_of(&caller, &q)?;
+    let page = page_of(&q)?;
     validate::text("reason", &req.reason, 1024)?;
     let if_match = super::moderation::if_match(&headers, "author")?;
     let policy = &state.standing;
@@ -211,7 +248,7 @@ pub async fn moderate_author(
         AuthorModerationOutcome::Applied { .. } => {
             let details = state
                 .store
-                .author(client, &author, policy, now)
+                .author(client, &author, policy, now, page)
                 .await?
                 .ok_or_else(|| ApiError::not_found("author"))?;
             Ok(Json(view(&state, details)))

@@ -119,21 +119,22 @@ pub(super) fn if_match(headers: &HeaderMap, what: &str) -> Result<Option<i64>, A
         .ok_or_else(|| ApiError::bad_request("invalid_if_match", format!("If-Match must be an {what} version number")))
 }
 
-/// A decision by hand through the store, counting the reversals it makes
-/// in `/metrics`: the API and the console both decide through here. A
-/// reversal changes the author's strikes: the store marked the author in
-/// the same transaction, and the author is queued for recomputation.
+/// A decision by hand through the store, counting the overturns it makes
+/// in `/metrics`: the API and the console both decide through here. An
+/// overturn, or a confirmation of what an earlier decision overturned,
+/// changes the author's strikes: the store marked the author in the same
+/// transaction, and the author is queued for recomputation.
 pub async fn decide(state: &AppState, m: &Moderation<'_>) -> Result<ModerationOutcome, StoreError> {
     let outcome = store_moderate(state.store.as_ref(), m).await?;
-    if let ModerationOutcome::Applied { reversed } = &outcome {
-        for d in reversed {
+    if let ModerationOutcome::Applied { reversals } = &outcome {
+        for ((plugin, version), n) in &reversals.overturned {
             state
                 .metrics
                 .reversals
-                .get_or_create(&crate::metrics::Metrics::plugin(&d.plugin, &d.plugin_version))
-                .inc();
+                .get_or_create(&crate::metrics::Metrics::plugin(plugin, version))
+                .inc_by(*n);
         }
-        if !reversed.is_empty()
+        if !reversals.is_empty()
             && state.standing.enabled
             && let Ok(Some(item)) = state.store.item(m.id).await
         {

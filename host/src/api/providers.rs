@@ -85,11 +85,17 @@ pub async fn callback(
         use tracing::Instrument;
         state.store.apply_callback(&new).instrument(span.clone()).await?
     };
-    // A provider's verdict may count against the author (the store marked
+    // A provider's verdict that weighs against the author (the store marked
     // the author in the callback's transaction).
+    let weighs = || {
+        let (mode, outcome) = (crate::domain::Mode::Enforce, crate::domain::Outcome::Ok);
+        state
+            .standing
+            .weighs(mode, true, outcome, Some(new.verdict), &new.labels)
+    };
     if state.standing.enabled
         && matches!(outcome, CallbackOutcome::Applied { .. })
-        && matches!(new.verdict, Verdict::Flag | Verdict::Hold | Verdict::Reject)
+        && weighs()
         && let Ok(Some(item)) = state.store.item(&new.item_id).await
     {
         state.scheduler.schedule_author(&item.client, &item.author).await;

@@ -97,6 +97,9 @@ pub(super) fn validate_submission(req: &SubmitRequest, max_text_chars: usize) ->
 pub(super) struct Prepared {
     pub write: ItemWrite,
     pub key: Option<ClaimedKey>,
+    /// Whether a sync decision weighs against the author (then the stored
+    /// item queues a recomputation of their standing).
+    pub weighs: bool,
 }
 
 /// A submission admitted (valid, within its limits, its key claimed),
@@ -174,6 +177,12 @@ pub(super) struct SyncOutcome {
 /// An admitted submission with its sync rules' outcome, ready to store.
 fn prepared(state: &AppState, admitted: Admitted, sync: SyncOutcome) -> Prepared {
     let Admitted { item, key } = admitted;
+    let weighs = state.standing.enabled
+        && sync.decisions.iter().any(|d| {
+            state
+                .standing
+                .weighs(d.mode, d.applied, d.outcome, d.verdict, &d.labels)
+        });
     let ingest = &state.config.ingest;
     let degraded = state.metrics.queue_lag_seconds.get() * 1000.0 > state.config.evaluation.degraded_lag_ms as f64;
     let write = ItemWrite {
@@ -190,7 +199,7 @@ fn prepared(state: &AppState, admitted: Admitted, sync: SyncOutcome) -> Prepared
         key: key.as_ref().map(|k| k.completion(StatusCode::ACCEPTED)),
         respond: submit_body,
     };
-    Prepared { write, key }
+    Prepared { write, key, weighs }
 }
 
 /// The sync-phase rules of these submissions (one answer each, in order),
@@ -297,9 +306,10 @@ pub(super) async fn finish(
     state: &AppState,
     req_external_id: Option<&str>,
     key: Option<ClaimedKey>,
+    weighs: bool,
     outcome: StoreResult<CreateOutcome>,
 ) -> Result<Response, ApiError> {
-    let item = settle(state, req_external_id, key, outcome).await?;
+    let item = settle(state, req_external_id, key, weighs, outcome).await?;
     let mut response = super::json_response(StatusCode::ACCEPTED, submit_body(&item));
     // For the submission-outcome metric.
     response.extensions_mut().insert(item.status);
@@ -312,6 +322,7 @@ async fn settle(
     state: &AppState,
     req_external_id: Option<&str>,
     key: Option<ClaimedKey>,
+    weighs: bool,
     outcome: StoreResult<CreateOutcome>,
 ) -> Result<Item, ApiError> {
     let outcome = match outcome {
@@ -328,14 +339,9 @@ async fn settle(
             if item.needs_eval_since.is_some() {
                 state.scheduler.schedule(&item.id, "submit").await;
             }
-            // A sync decision that may count against the author (the store
+            // A sync decision that weighs against the author (the store
             // marked the author in the same transaction).
-            if state.standing.enabled
-                && matches!(
-                    item.sync_verdict,
-                    Some(crate::domain::Verdict::Flag | crate::domain::Verdict::Hold | crate::domain::Verdict::Reject)
-                )
-            {
+            if weighs {
                 state.scheduler.schedule_author(&item.client, &item.author).await;
             }
             if cause == Cause::DuplicateText {
@@ -392,7 +398,7 @@ pub async fn submit(
             Err(answer) => return Ok(answer),
         };
         let outcome = state.writes.create_item(prepared.write).await;
-        finish(&state, external_id.as_deref(), prepared.key, outcome).await
+        finish(&state, external_id.as_deref(), prepared.key, prepared.weighs, outcome).await
     }
     .instrument(span)
     .await;
@@ -548,7 +554,7 @@ pub async fn submit_batch(
             .collect();
         let (meta, writes): (Vec<_>, Vec<_>) = prepared
             .into_iter()
-            .map(|(i, ext, p)| ((i, ext, p.key), p.write))
+            .map(|(i, ext, p)| ((i, ext, p.key, p.weighs), p.write))
             .unzip();
         let outcomes = state.writes.create_items(writes).await;
         let mut results: Vec<Option<BatchResult>> = Vec::with_capacity(answers.len());
@@ -559,8 +565,8 @@ pub async fn submit_batch(
                 None => None,
             });
         }
-        for ((i, ext, key), outcome) in meta.into_iter().zip(outcomes) {
-            results[i] = Some(match settle(&state, ext.as_deref(), key, outcome).await {
+        for ((i, ext, key, weighs), outcome) in meta.into_iter().zip(outcomes) {
+            results[i] = Some(match settle(&state, ext.as_deref(), key, weighs, outcome).await {
                 Ok(item) => {
                     state.metrics.submission(match item.status {
                         ItemStatus::Rejected => "rejected_sync",

@@ -66,7 +66,14 @@ async fn load(state: &AppState, id: &str, decisions_before: Option<i64>) -> Resu
         let now = crate::clock::now_ms();
         state
             .store
-            .author(&item.client, &item.author, &state.standing, now)
+            // The panel shows the state and the score: no lists.
+            .author(
+                &item.client,
+                &item.author,
+                &state.standing,
+                now,
+                crate::store::AuthorPage::first(0),
+            )
             .await?
     } else {
         None

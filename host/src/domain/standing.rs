@@ -1,15 +1,17 @@
-//! Author standing: an author's strike score, derived from the decision log
-//! inside a window, and the account state (tier) it reaches. Pure functions
-//! of their inputs; the store reads the decisions and commits the result
-//! with a conditional write (`store/authors.rs`).
+//! Author standing: the weights of decisions, the tiers an author's strike
+//! score reaches, and what a tier does to a submission. Pure functions of
+//! their inputs; the store derives the score from the decision log with one
+//! aggregate query and commits the result with a conditional write
+//! (`store/authors.rs`).
 //!
 //! The score is never incremented. At any time it is the sum, over the
 //! author's items, of the heaviest counting decision on each item inside
 //! the window: an item judged five times on its way to `rejected` is one
-//! strike, not five, a moderator's reversal removes the strike by itself,
-//! and expiry is the window moving.
+//! strike, not five, a moderator's decision that overturns it removes the
+//! strike by itself (`ItemStatus::overturned_verdicts`), and expiry is the
+//! window moving.
 
-use super::{ItemStatus, Mode, Outcome, Verdict};
+use super::{Mode, Outcome, Verdict};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -117,39 +119,13 @@ pub fn may_count(mode: Mode, applied: bool, outcome: Outcome, verdict: Option<Ve
         && matches!(verdict, Some(Verdict::Flag | Verdict::Hold | Verdict::Reject))
 }
 
-/// A decision that may count as a strike, as the store reads it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CountedDecision {
-    pub id: i64,
-    pub item_id: String,
-    pub verdict: Verdict,
-    pub labels: Vec<String>,
-    pub created_at: i64,
-    /// The item's status when a moderator decided it (`None`: automation's).
-    pub manual_status: Option<ItemStatus>,
-}
-
-impl CountedDecision {
-    /// Whether a moderator's decision on the item overrules this one: a
-    /// moderator who made it visible overrules every automated decision on
-    /// it, one who held it overrules rejections; a rejection or a deletion
-    /// by a moderator overrules nothing. (Reversal marks only the decisions
-    /// behind the item's latest automated status; this covers earlier ones.)
-    pub fn overruled(&self) -> bool {
-        match self.manual_status {
-            Some(ItemStatus::Visible) => true,
-            Some(ItemStatus::HeldForReview) => self.verdict == Verdict::Reject,
-            _ => false,
-        }
-    }
-}
-
-/// An author's strike score at one time, and what made it.
+/// An author's strike score at one time, as the store derives it.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Strikes {
+    /// A sum of non-negative weights: never negative, never `-0.0`.
     pub score: f64,
-    /// The decisions that count (one per item: its heaviest, the latest of equals), by id.
-    pub decisions: Vec<i64>,
+    /// How many decisions count: one per item (its heaviest, the latest of equals).
+    pub counted: i64,
     /// When the score can next drop by the window moving: the oldest
     /// counting decision's expiry. `None` when nothing counts.
     pub next_expiry: Option<i64>,
@@ -255,28 +231,20 @@ impl StandingPolicy {
             .collect()
     }
 
-    /// The score at `now` of an author whose enforced, not reversed
-    /// decisions are `decisions` (any order; older ones are ignored).
-    pub fn strikes(&self, decisions: &[CountedDecision], now: i64) -> Strikes {
-        let since = now - self.window_ms;
-        // Per item: the heaviest decision in the window (the latest of equals).
-        let mut per_item: BTreeMap<&str, (f64, i64, i64)> = BTreeMap::new();
-        for d in decisions.iter().filter(|d| d.created_at > since && !d.overruled()) {
-            let w = self.weight(d.verdict, &d.labels);
-            if w <= 0.0 {
-                continue;
-            }
-            let slot = per_item.entry(d.item_id.as_str()).or_insert((w, d.id, d.created_at));
-            if (w, d.created_at, d.id) > (slot.0, slot.2, slot.1) {
-                *slot = (w, d.id, d.created_at);
-            }
-        }
-        let mut decisions: Vec<i64> = per_item.values().map(|(_, id, _)| *id).collect();
-        decisions.sort_unstable();
-        Strikes {
-            score: per_item.values().map(|(w, ..)| w).sum(),
-            decisions,
-            next_expiry: per_item.values().map(|(_, _, at)| at + self.window_ms).min(),
+    /// Whether a decision as recorded can change its author's score under
+    /// this policy: it may count ([`may_count`]) and weighs more than 0.
+    /// Only such decisions queue a recomputation of the author.
+    pub fn weighs(
+        &self,
+        mode: Mode,
+        applied: bool,
+        outcome: Outcome,
+        verdict: Option<Verdict>,
+        labels: &[String],
+    ) -> bool {
+        match verdict {
+            Some(v) if may_count(mode, applied, outcome, verdict) => self.weight(v, labels) > 0.0,
+            _ => false,
         }
     }
 
@@ -309,72 +277,8 @@ pub fn automated_target<'a>(policy: &'a StandingPolicy, current: &str, manual: b
 mod tests {
     use super::*;
 
-    fn d(id: i64, item: &str, verdict: Verdict, at: i64) -> CountedDecision {
-        CountedDecision {
-            id,
-            item_id: item.into(),
-            verdict,
-            labels: Vec::new(),
-            created_at: at,
-            manual_status: None,
-        }
-    }
-
-    #[test]
-    fn one_strike_per_item_however_often_it_was_judged() {
-        let p = StandingPolicy::default();
-        let ds = [
-            d(1, "a", Verdict::Reject, 100),
-            d(2, "a", Verdict::Reject, 200),
-            d(3, "b", Verdict::Reject, 150),
-            d(4, "c", Verdict::Hold, 150),
-        ];
-        let s = p.strikes(&ds, 1_000);
-        assert_eq!(s.score, 2.0);
-        // Item a counts its latest decision; c's hold weighs nothing by default.
-        assert_eq!(s.decisions, vec![2, 3]);
-        assert_eq!(s.next_expiry, Some(150 + p.window_ms));
-    }
-
-    #[test]
-    fn a_moderators_decision_overrules_the_more_severe_automated_ones() {
-        let p = StandingPolicy::default();
-        let on = |status, verdict| CountedDecision {
-            manual_status: status,
-            ..d(1, "a", verdict, 100)
-        };
-        // An earlier rejection the reversal did not mark (another item version) no longer counts...
-        assert_eq!(
-            p.strikes(&[on(Some(ItemStatus::Visible), Verdict::Reject)], 200).score,
-            0.0
-        );
-        assert_eq!(
-            p.strikes(&[on(Some(ItemStatus::HeldForReview), Verdict::Reject)], 200)
-                .score,
-            0.0
-        );
-        // ...but a moderator who confirms a rejection, or deletes the item, keeps it counting.
-        assert_eq!(
-            p.strikes(&[on(Some(ItemStatus::Rejected), Verdict::Reject)], 200).score,
-            1.0
-        );
-        assert_eq!(
-            p.strikes(&[on(Some(ItemStatus::Deleted), Verdict::Reject)], 200).score,
-            1.0
-        );
-        assert_eq!(p.strikes(&[on(None, Verdict::Reject)], 200).score, 1.0);
-        let mut held = StandingPolicy::default();
-        held.weights.insert(Verdict::Hold, 0.5);
-        assert_eq!(
-            held.strikes(&[on(Some(ItemStatus::HeldForReview), Verdict::Hold)], 200)
-                .score,
-            0.5
-        );
-    }
-
     #[test]
     fn only_enforced_applied_decided_verdicts_may_count() {
-        use super::super::{Mode, Outcome};
         assert!(may_count(Mode::Enforce, true, Outcome::Ok, Some(Verdict::Reject)));
         assert!(may_count(Mode::Enforce, true, Outcome::Ok, Some(Verdict::Flag)));
         assert!(!may_count(Mode::Shadow, true, Outcome::Ok, Some(Verdict::Reject)));
@@ -385,28 +289,18 @@ mod tests {
     }
 
     #[test]
-    fn the_window_moving_drops_old_strikes() {
-        let p = StandingPolicy {
-            window_ms: 1_000,
-            ..StandingPolicy::default()
-        };
-        let ds = [d(1, "a", Verdict::Reject, 100), d(2, "b", Verdict::Reject, 900)];
-        assert_eq!(p.strikes(&ds, 1_099).score, 2.0);
-        assert_eq!(p.strikes(&ds, 1_099).next_expiry, Some(1_100));
-        let later = p.strikes(&ds, 1_100);
-        assert_eq!((later.score, later.decisions.as_slice()), (1.0, &[2][..]));
-        assert_eq!(p.strikes(&ds, 1_900), Strikes::default());
-    }
-
-    #[test]
-    fn labels_weigh_more_than_their_verdict() {
+    fn the_heaviest_of_the_verdicts_and_the_labels_weight_counts() {
         let mut p = StandingPolicy::default();
         p.labels.insert("scam".into(), 5.0);
-        let mut flagged = d(1, "a", Verdict::Flag, 10);
-        flagged.labels = vec!["scam".into()];
-        assert_eq!(p.weight(Verdict::Flag, &flagged.labels), 5.0);
+        let scam = ["scam".to_string()];
+        assert_eq!(p.weight(Verdict::Flag, &scam), 5.0);
         assert_eq!(p.weight(Verdict::Reject, &[]), 1.0);
-        assert_eq!(p.strikes(&[flagged], 20).score, 5.0);
+        assert_eq!(p.weight(Verdict::Hold, &["other".to_string()]), 0.0);
+        // A zero weight never queues a recomputation; a label can make it weigh.
+        assert!(!p.weighs(Mode::Enforce, true, Outcome::Ok, Some(Verdict::Hold), &[]));
+        assert!(p.weighs(Mode::Enforce, true, Outcome::Ok, Some(Verdict::Hold), &scam));
+        assert!(!p.weighs(Mode::Shadow, true, Outcome::Ok, Some(Verdict::Reject), &scam));
+        // The store reads only the verdicts that can weigh.
         assert_eq!(
             p.counted_verdicts(),
             vec![Verdict::Flag, Verdict::Hold, Verdict::Reject]

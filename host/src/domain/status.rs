@@ -51,6 +51,21 @@ impl ItemStatus {
         }
     }
 
+    /// The automated verdicts a moderator who leaves an item in this
+    /// status overturns: making it visible overturns every action (`flag`,
+    /// `hold`, `reject`); holding it overturns rejections and confirms the
+    /// rest; rejecting or deleting it confirms them all. Only the item's
+    /// latest moderator decision counts (`store/items.rs` recomputes the
+    /// reversals on each one), so the strikes and the reversal rates are a
+    /// function of where the moderators left the item, not of the path.
+    pub fn overturned_verdicts(self) -> &'static [Verdict] {
+        match self {
+            ItemStatus::Visible => &[Verdict::Flag, Verdict::Hold, Verdict::Reject],
+            ItemStatus::HeldForReview => &[Verdict::Reject],
+            _ => &[],
+        }
+    }
+
     /// Statuses a moderator may set.
     pub fn is_moderator_target(self) -> bool {
         matches!(
@@ -185,6 +200,22 @@ mod tests {
         assert_eq!(ItemStatus::for_verdict(Verdict::Defer), AwaitingProvider);
         assert_eq!(ItemStatus::for_verdict(Verdict::Hold), HeldForReview);
         assert_eq!(ItemStatus::for_verdict(Verdict::Reject), Rejected);
+    }
+
+    #[test]
+    fn a_moderator_overturns_only_the_verdicts_stricter_than_their_decision() {
+        use Verdict::*;
+        let overturned = |s: ItemStatus| s.overturned_verdicts().to_vec();
+        assert_eq!(overturned(Visible), vec![Flag, Hold, Reject]);
+        assert_eq!(overturned(HeldForReview), vec![Reject]);
+        assert_eq!(overturned(Rejected), Vec::<Verdict>::new());
+        assert_eq!(overturned(Deleted), Vec::<Verdict>::new());
+        // What a moderator confirms is never overturned by a stricter decision.
+        for &s in ItemStatus::ALL {
+            for v in s.overturned_verdicts() {
+                assert!(*v > Allow && *v != Defer, "{s} overturns only actions");
+            }
+        }
     }
 
     #[test]

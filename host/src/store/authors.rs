@@ -2,12 +2,15 @@
 //! by a conditional write fenced by the row's `version` with its audit row
 //! (`author_transitions`, whose outbox event a trigger writes) in the same
 //! transaction; the strike score derived from the decision log in that same
-//! transaction ([`crate::domain::standing`]).
+//! transaction ([`crate::domain::standing`]) by one aggregate query, so
+//! neither the lock nor the memory it takes grows with the author's history.
 //!
-//! A recomputation locks the author's row, reads the decisions, and moves
+//! A recomputation locks the author's row, sums the decisions, and moves
 //! the state to the tier the score reaches, so two recomputations of one
 //! author (two workers, a lost lease) run one after the other and the
-//! second finds nothing to do. Every transaction that records a decision
+//! second finds nothing to do. The lists a reader pages through (the
+//! decisions that count, the transitions) are read in a snapshot, never
+//! under the lock. Every transaction that records a decision
 //! that may count, or reverses one, sets the author's `recheck_at` (see
 //! `txn::mark_authors`), so the reconciler finds every author whose
 //! recomputation a crash lost.
@@ -60,13 +63,41 @@ pub struct AuthorTransitionRecord {
     pub created_at: Millis,
 }
 
-/// An author with their live strikes and their audit trail.
+/// An author with their live strikes and a page of their decisions that
+/// count and of their audit trail.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AuthorDetails {
     pub record: AuthorRecord,
     /// Derived now from the decision log.
     pub strikes: Strikes,
+    /// The decisions that count (one per item), by id, after the page's cursor.
+    pub decisions: Vec<i64>,
+    /// The cursor of the next page of `decisions`, when there is one.
+    pub next_decisions_after: Option<i64>,
+    /// Changes of state by version, after the page's cursor.
     pub transitions: Vec<AuthorTransitionRecord>,
+    /// The cursor (a version) of the next page of `transitions`, when there is one.
+    pub next_transitions_after: Option<i64>,
+}
+
+/// Which part of an author's lists to read: those after each cursor (a
+/// decision id, a version), at most `limit` of each (0: neither list).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AuthorPage {
+    pub decisions_after: i64,
+    pub transitions_after: i64,
+    pub limit: i64,
+}
+
+impl AuthorPage {
+    /// The first page of both lists.
+    pub fn first(limit: i64) -> AuthorPage {
+        AuthorPage {
+            decisions_after: 0,
+            transitions_after: 0,
+            limit,
+        }
+    }
 }
 
 /// What a recomputation did.
@@ -112,13 +143,15 @@ pub enum AuthorModerationOutcome {
 /// Authors' standing.
 #[async_trait::async_trait]
 pub trait Authors: Send + Sync {
-    /// An author's row, their strikes derived now, and their transitions.
+    /// An author's row, their strikes derived now, and one page of the
+    /// decisions that count and of their transitions: one snapshot, no lock.
     async fn author(
         &self,
         client: &str,
         author: &str,
         policy: &StandingPolicy,
         now: Millis,
+        page: AuthorPage,
     ) -> StoreResult<Option<AuthorDetails>>;
 
     /// Derives the author's strikes and, unless a moderator decided the
@@ -152,6 +185,68 @@ pub trait Authors: Send + Sync {
     ) -> StoreResult<Vec<(Millis, String, String)>>;
 }
 
+/// The SQL of the decisions that count for `policy` (one per item, its
+/// heaviest, the latest of equals) as `heaviest (id, created_at, w)`, over
+/// an author's items: `$1` client, `$2` author, `$3` the window's start,
+/// then the parameters [`bind_weights`] binds. `has_label` is the dialect's
+/// test of a label (`{}` is its parameter). `None` when no verdict weighs.
+pub(super) fn heaviest_sql(policy: &StandingPolicy, has_label: &str) -> Option<String> {
+    let verdicts = policy.counted_verdicts();
+    if verdicts.is_empty() {
+        return None;
+    }
+    let listed: Vec<String> = verdicts.iter().map(|v| format!("'{}'", v.as_str())).collect();
+    let by_verdict = "CASE d.verdict WHEN 'flag' THEN $4 WHEN 'hold' THEN $5 ELSE $6 END";
+    // The heaviest of the verdict's and the labels' weights: the labels in
+    // decreasing order of weight, the first one carried that outweighs the
+    // verdict wins.
+    let labels = weighing_labels(policy);
+    let weight = if labels.is_empty() {
+        by_verdict.to_string()
+    } else {
+        let mut weight = String::from("CASE");
+        for k in 0..labels.len() {
+            let (label, w) = (7 + 2 * k, 8 + 2 * k);
+            let has = has_label.replace("{}", &format!("${label}"));
+            weight.push_str(&format!(" WHEN {has} AND ${w} > {by_verdict} THEN ${w}"));
+        }
+        weight.push_str(&format!(" ELSE {by_verdict} END"));
+        weight
+    };
+    Some(format!(
+        "WITH counted AS (SELECT d.id, d.item_id, d.created_at, {weight} AS w FROM items i \
+         JOIN decisions d ON d.item_id = i.id WHERE i.client = $1 AND i.author = $2 AND d.created_at > $3 \
+         AND d.mode = 'enforce' AND d.applied AND d.outcome = 'ok' AND d.reversed_at IS NULL \
+         AND d.verdict IN ({})), \
+         heaviest AS (SELECT id, created_at, w, ROW_NUMBER() OVER (PARTITION BY item_id \
+         ORDER BY w DESC, created_at DESC, id DESC) AS r FROM counted WHERE w > 0)",
+        listed.join(", ")
+    ))
+}
+
+/// The labels that weigh anything, heaviest first.
+fn weighing_labels(policy: &StandingPolicy) -> Vec<(&str, f64)> {
+    let mut labels: Vec<(&str, f64)> = policy
+        .labels
+        .iter()
+        .filter(|(_, w)| **w > 0.0)
+        .map(|(l, w)| (l.as_str(), *w))
+        .collect();
+    labels.sort_by(|a, b| b.1.total_cmp(&a.1));
+    labels
+}
+
+/// The parameters of [`heaviest_sql`] after `$1`-`$3`: the weights of
+/// `flag`, `hold` and `reject`, then each weighing label with its weight.
+pub(super) fn weight_parameters(policy: &StandingPolicy) -> ([f64; 3], Vec<(&str, f64)>) {
+    use crate::domain::Verdict;
+    let of = |v| policy.weights.get(&v).copied().unwrap_or(0.0);
+    (
+        [of(Verdict::Flag), of(Verdict::Hold), of(Verdict::Reject)],
+        weighing_labels(policy),
+    )
+}
+
 /// Reason text of an automated transition.
 pub(super) fn strikes_reason(policy: &StandingPolicy, score: f64, to: &str) -> String {
     let window = match policy.window_ms {
@@ -169,10 +264,22 @@ macro_rules! impl_authors {
             use sqlx::Row as _;
             use std::sync::LazyLock;
             use $crate::clock::Millis;
-            use $crate::domain::Verdict;
-            use $crate::domain::standing::{
-                AuthorActor, AuthorCause, CountedDecision, StandingPolicy, Strikes, automated_target,
-            };
+            use $crate::domain::standing::{AuthorActor, AuthorCause, StandingPolicy, Strikes, automated_target};
+            use $crate::store::authors::{heaviest_sql, weight_parameters};
+
+            type Query<'q> = sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>>;
+
+            /// Binds the weights [`heaviest_sql`] names.
+            fn bind_weights<'q>(mut q: Query<'q>, policy: &'q StandingPolicy) -> Query<'q> {
+                let (verdicts, labels) = weight_parameters(policy);
+                for w in verdicts {
+                    q = q.bind(w);
+                }
+                for (label, w) in labels {
+                    q = q.bind(label).bind(w);
+                }
+                q
+            }
             use $crate::store::dialect::{Dialect, retry_conflicts};
             use $crate::store::*;
 
@@ -213,7 +320,10 @@ macro_rules! impl_authors {
                 row.as_ref().map(author_from_row).transpose()
             }
 
-            /// The author's strikes at `now`, derived from the decision log.
+            /// The author's strikes at `now`, derived from the decision log
+            /// by one aggregate query: the sum over the author's items of
+            /// the heaviest enforced, applied, not overturned decision in
+            /// the window (0.0, not `-0.0`, when none counts).
             async fn strikes_now<'e, E>(
                 exec: E,
                 client: &str,
@@ -224,57 +334,69 @@ macro_rules! impl_authors {
             where
                 E: sqlx::Executor<'e, Database = $db>,
             {
-                let decisions = counted_decisions(exec, client, author, now - policy.window_ms).await?;
-                Ok(policy.strikes(&decisions, now))
+                let Some(heaviest) = heaviest_sql(policy, <$store as Dialect>::HAS_LABEL) else {
+                    return Ok(Strikes::default());
+                };
+                let sql = format!(
+                    "{heaviest} SELECT COALESCE(SUM(w), 0.0) AS score, COUNT(*) AS counted, \
+                     MIN(created_at) AS oldest FROM heaviest WHERE r = 1"
+                );
+                let q = sqlx::query(&sql).bind(client).bind(author).bind(now - policy.window_ms);
+                let row = bind_weights(q, policy).fetch_one(exec).await?;
+                let oldest: Option<Millis> = row.try_get("oldest")?;
+                Ok(Strikes {
+                    score: row.try_get("score")?,
+                    counted: row.try_get("counted")?,
+                    next_expiry: oldest.map(|at| at + policy.window_ms),
+                })
             }
 
-            /// The author's enforced, applied, not reversed decisions of a
-            /// verdict that can weigh, inside the window.
+            /// A page of the decisions that count, by id, after `after`.
             async fn counted_decisions<'e, E>(
                 exec: E,
                 client: &str,
                 author: &str,
-                since: Millis,
-            ) -> StoreResult<Vec<CountedDecision>>
+                policy: &StandingPolicy,
+                now: Millis,
+                after: i64,
+                limit: i64,
+            ) -> StoreResult<Vec<i64>>
             where
                 E: sqlx::Executor<'e, Database = $db>,
             {
-                let rows = sqlx::query(
-                    "SELECT d.id, d.item_id, d.verdict, d.labels, d.created_at, \
-                     CASE WHEN i.decided_by = 'moderator' THEN i.status END AS manual_status FROM items i \
-                     JOIN decisions d ON d.item_id = i.id WHERE i.client = $1 AND i.author = $2 \
-                     AND d.created_at > $3 AND d.mode = 'enforce' AND d.applied AND d.outcome = 'ok' \
-                     AND d.reversed_at IS NULL AND d.verdict IN ('flag', 'hold', 'reject')",
-                )
-                .bind(client)
-                .bind(author)
-                .bind(since)
-                .fetch_all(exec)
-                .await?;
-                rows.iter()
-                    .map(|r| {
-                        Ok(CountedDecision {
-                            id: r.try_get("id")?,
-                            item_id: r.try_get("item_id")?,
-                            verdict: rows::parse::<Verdict>(r.try_get::<&str, _>("verdict")?)?,
-                            labels: rows::labels(r.try_get::<&str, _>("labels")?)?,
-                            created_at: r.try_get("created_at")?,
-                            manual_status: rows::parse_opt(r.try_get::<Option<&str>, _>("manual_status")?)?,
-                        })
-                    })
-                    .collect()
+                let Some(heaviest) = heaviest_sql(policy, <$store as Dialect>::HAS_LABEL) else {
+                    return Ok(Vec::new());
+                };
+                let n = 7 + 2 * policy.labels.values().filter(|w| **w > 0.0).count();
+                let sql = format!(
+                    "{heaviest} SELECT id FROM heaviest WHERE r = 1 AND id > ${n} ORDER BY id LIMIT ${}",
+                    n + 1
+                );
+                let q = sqlx::query(&sql).bind(client).bind(author).bind(now - policy.window_ms);
+                let rows = bind_weights(q, policy).bind(after).bind(limit).fetch_all(exec).await?;
+                rows.iter().map(|r| Ok(r.try_get("id")?)).collect()
             }
 
-            async fn transitions_of<'e, E>(exec: E, client: &str, author: &str) -> StoreResult<Vec<AuthorTransitionRecord>>
+            /// A page of the author's transitions, by version, after `after`.
+            async fn transitions_of<'e, E>(
+                exec: E,
+                client: &str,
+                author: &str,
+                after: i64,
+                limit: i64,
+            ) -> StoreResult<Vec<AuthorTransitionRecord>>
             where
                 E: sqlx::Executor<'e, Database = $db>,
             {
                 let rows = sqlx::query(
                     "SELECT id, from_status, to_status, version, cause, actor, actor_name, reason, strikes, \
-                     correlation_id, created_at FROM author_transitions WHERE client = $1 AND author = $2 ORDER BY version",
+                     correlation_id, created_at FROM author_transitions WHERE client = $1 AND author = $2 \
+                     AND version > $3 ORDER BY version LIMIT $4",
                 )
                 .bind(client)
                 .bind(author)
+                .bind(after)
+                .bind(limit)
                 .fetch_all(exec)
                 .await?;
                 rows.iter()
@@ -361,18 +483,34 @@ macro_rules! impl_authors {
                     author: &str,
                     policy: &StandingPolicy,
                     now: Millis,
+                    page: AuthorPage,
                 ) -> StoreResult<Option<AuthorDetails>> {
                     let mut tx = self.begin_snapshot().await?;
                     let Some(record) = read_author(&mut *tx, AUTHOR_ROW.as_str(), client, author).await? else {
                         return Ok(None);
                     };
                     let strikes = strikes_now(&mut *tx, client, author, policy, now).await?;
-                    let transitions = transitions_of(&mut *tx, client, author).await?;
+                    let (mut decisions, mut transitions) = (Vec::new(), Vec::new());
+                    if page.limit > 0 {
+                        // One more than the page: whether there is a next one.
+                        let (after, n) = (page.decisions_after, page.limit + 1);
+                        decisions = counted_decisions(&mut *tx, client, author, policy, now, after, n).await?;
+                        transitions = transitions_of(&mut *tx, client, author, page.transitions_after, n).await?;
+                    }
                     tx.commit().await?;
+                    let more = |n: usize| n as i64 > page.limit && page.limit > 0;
+                    let next_decisions_after = more(decisions.len()).then(|| decisions[page.limit as usize - 1]);
+                    let next_transitions_after =
+                        more(transitions.len()).then(|| transitions[page.limit as usize - 1].version);
+                    decisions.truncate(page.limit as usize);
+                    transitions.truncate(page.limit as usize);
                     Ok(Some(AuthorDetails {
                         record,
                         strikes,
+                        decisions,
+                        next_decisions_after,
                         transitions,
+                        next_transitions_after,
                     }))
                 }
 

@@ -71,6 +71,9 @@ pub(super) trait Dialect: Send + Sync + 'static {
     /// Rust sorts `String`s in): ` COLLATE "C"` on PostgreSQL, whose
     /// default collation may follow a locale; nothing on SQLite (`BINARY`).
     const BYTE_ORDER: &'static str;
+    /// Whether a decision `d` carries a label: `{}` is the label's
+    /// parameter (`labels` is a JSON array of strings on both).
+    const HAS_LABEL: &'static str;
     /// Whether statements built by [`Statements`] go out with anonymous
     /// `?` parameters instead of `$N`. SQLite looks a numbered parameter
     /// up in a list (binding one costs O(parameters)), so binding a

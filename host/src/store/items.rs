@@ -89,7 +89,9 @@ pub struct DecisionRecord {
     pub outcome: Outcome,
     pub error: Option<String>,
     pub created_at: Millis,
-    /// When a moderator overturned the status this decision drove.
+    /// When a moderator overturned this automated action: set while the
+    /// item's latest moderator decision overturns its verdict
+    /// ([`ItemStatus::overturned_verdicts`]), cleared by one that confirms it.
     pub reversed_at: Option<Millis>,
     /// sha256 (hex) of the stored snapshot the rule judged (`null` when
     /// none was stored); `gavel replay` judges it again.
@@ -162,8 +164,6 @@ pub struct TransitionRequest {
     pub reason: String,
     pub correlation_id: String,
     pub now: Millis,
-    /// Decisions this (manual) transition overturns; marked in the same transaction.
-    pub reversed_decisions: Vec<i64>,
 }
 
 /// The result of a conditional write. Losing a race is a value, not an error.
@@ -173,6 +173,24 @@ pub enum Transition {
     Applied { version: i64 },
     /// The item changed since it was read (or a moderator decided): nothing written.
     Stale,
+}
+
+/// What a moderator's decision did to the item's automated actions
+/// (applied, enforced `flag`, `hold`, `reject` decisions), by the plugin
+/// name and version that made them, with how many.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Reversals {
+    /// Actions it overturned that were not overturned before.
+    pub overturned: std::collections::BTreeMap<(String, String), u64>,
+    /// Actions an earlier moderator decision overturned that it confirms.
+    pub reinstated: std::collections::BTreeMap<(String, String), u64>,
+}
+
+impl Reversals {
+    /// Whether it changed what counts against the author.
+    pub fn is_empty(&self) -> bool {
+        self.overturned.is_empty() && self.reinstated.is_empty()
+    }
 }
 
 /// A position in the review queue: (updated_at, id) of the last item seen.
@@ -217,7 +235,15 @@ pub trait Items: Send + Sync {
     ) -> StoreResult<Option<ItemDetails>>;
 
     /// A conditional status change with its audit row.
-    async fn transition(&self, req: &TransitionRequest) -> StoreResult<Transition>;
+    async fn transition(&self, req: &TransitionRequest) -> StoreResult<Transition> {
+        Ok(self.transition_reversing(req).await?.0)
+    }
+
+    /// [`Items::transition`], and what a moderator's change did to the
+    /// item's automated actions: in the same transaction, every action the
+    /// new status overturns is marked `reversed_at` and every one it
+    /// confirms is cleared, whatever earlier moderator decisions said.
+    async fn transition_reversing(&self, req: &TransitionRequest) -> StoreResult<(Transition, Reversals)>;
 
     /// Held items, oldest first, after `cursor`.
     async fn review_queue(&self, after: Option<&ReviewCursor>, limit: i64) -> StoreResult<Vec<Item>>;
@@ -230,33 +256,12 @@ pub trait Items: Send + Sync {
     async fn request_evaluation(&self, id: &str, now: Millis) -> StoreResult<bool>;
 }
 
-/// The applied decisions whose verdict set the item's current (automated)
-/// status, when a moderator moves it to `to`: the reversals that count
-/// against those plugin versions.
-pub fn overturned(details: &ItemDetails, to: ItemStatus) -> Vec<i64> {
-    let item = &details.item;
-    if to == item.status || item.decided_by == Some(Actor::Moderator) || to == ItemStatus::Deleted {
-        return Vec::new();
-    }
-    let applied = details
-        .decisions
-        .iter()
-        .filter(|d| d.applied && d.mode == Mode::Enforce);
-    let Some(latest) = applied.clone().map(|d| d.item_version).max() else {
-        return Vec::new();
-    };
-    applied
-        .filter(|d| d.item_version == latest && d.verdict.map(ItemStatus::for_verdict) == Some(item.status))
-        .map(|d| d.id)
-        .collect()
-}
-
 /// Why a moderator's change was not applied.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ModerationOutcome {
-    /// Applied; `reversed` are the automated decisions it overturned.
+    /// Applied; what it did to the item's automated actions.
     Applied {
-        reversed: Vec<DecisionRecord>,
+        reversals: Reversals,
     },
     NotFound,
     /// `If-Match` named another version.
@@ -307,10 +312,9 @@ pub async fn moderate(store: &dyn Items, m: &Moderation<'_>) -> StoreResult<Mode
         ManualActor::Author { .. } => (Actor::Author, Cause::AuthorDeleted),
     };
     for _ in 0..ATTEMPTS {
-        let Some(details) = store.item_details(m.id).await? else {
+        let Some(item) = store.item(m.id).await? else {
             return Ok(ModerationOutcome::NotFound);
         };
-        let item = &details.item;
         if let ManualActor::Author { client } = m.by
             && client != item.client
         {
@@ -336,16 +340,9 @@ pub async fn moderate(store: &dyn Items, m: &Moderation<'_>) -> StoreResult<Mode
             reason: m.reason.to_string(),
             correlation_id: m.correlation_id.to_string(),
             now: now_ms(),
-            reversed_decisions: overturned(&details, m.to),
         };
-        if let Transition::Applied { .. } = store.transition(&req).await? {
-            let reversed = details
-                .decisions
-                .iter()
-                .filter(|d| req.reversed_decisions.contains(&d.id))
-                .cloned()
-                .collect();
-            return Ok(ModerationOutcome::Applied { reversed });
+        if let (Transition::Applied { .. }, reversals) = store.transition_reversing(&req).await? {
+            return Ok(ModerationOutcome::Applied { reversals });
         }
         if m.if_match.is_some() {
             let current = store.item(m.id).await?.map_or(item.version, |i| i.version);
@@ -454,7 +451,7 @@ macro_rules! impl_items {
                     }))
                 }
 
-                async fn transition(&self, r: &TransitionRequest) -> StoreResult<Transition> {
+                async fn transition_reversing(&self, r: &TransitionRequest) -> StoreResult<(Transition, Reversals)> {
                     retry_conflicts!(async {
                         let mut tx = self.begin_write().await?;
                         let sql = if r.actor.is_automated() {
@@ -476,7 +473,7 @@ macro_rules! impl_items {
                             .await?;
                         let Some(version) = version else {
                             tx.rollback().await?;
-                            return Ok(Transition::Stale);
+                            return Ok((Transition::Stale, Reversals::default()));
                         };
                         txn::insert_transitions(
                             &mut tx,
@@ -495,22 +492,18 @@ macro_rules! impl_items {
                             }],
                         )
                         .await?;
-                        if !r.reversed_decisions.is_empty() {
-                            let sql = format!(
-                                "UPDATE decisions SET reversed_at = $1 WHERE reversed_at IS NULL AND id IN ({})",
-                                placeholders(2, r.reversed_decisions.len())
-                            );
-                            let mut q = sqlx::query(&sql).bind(r.now);
-                            for id in &r.reversed_decisions {
-                                q = q.bind(*id);
-                            }
-                            q.execute(&mut *tx).await?;
-                            // A reversed decision no longer counts against the author.
+                        let reversals = if r.actor == $crate::domain::Actor::Moderator {
+                            settle_reversals(&mut tx, &r.item_id, r.to, r.now).await?
+                        } else {
+                            Reversals::default()
+                        };
+                        if !reversals.is_empty() {
+                            // What counts against the author changed.
                             txn::mark_authors(&mut tx, &[r.item_id.as_str()], r.now).await?;
                         }
                         txn::settle_provider_requests(&mut tx, &r.item_id, r.from, version, None, r.now).await?;
                         tx.commit().await?;
-                        Ok(Transition::Applied { version })
+                        Ok((Transition::Applied { version }, reversals))
                     })
                 }
 
@@ -572,6 +565,73 @@ macro_rules! impl_items {
                         Ok(n == 1)
                     })
                 }
+            }
+
+            /// The item's automated actions as a moderator's decision `to`
+            /// leaves them: those it overturns marked (keeping the time of
+            /// an earlier overturn), those it confirms cleared. Two
+            /// conditional updates; what each changed is what it returns.
+            async fn settle_reversals(
+                tx: &mut txn::Tx<'_>,
+                item_id: &str,
+                to: $crate::domain::ItemStatus,
+                now: Millis,
+            ) -> StoreResult<Reversals> {
+                const ACTIONS: &str = "applied AND mode = 'enforce' AND outcome = 'ok' \
+                                       AND verdict IN ('flag', 'hold', 'reject')";
+                let verdicts: Vec<String> = to.overturned_verdicts().iter().map(|v| format!("'{}'", v.as_str())).collect();
+                let mut out = Reversals::default();
+                if !verdicts.is_empty() {
+                    let overturned: Vec<(String, i64)> = sqlx::query_as(&format!(
+                        "UPDATE decisions SET reversed_at = $1 WHERE item_id = $2 AND reversed_at IS NULL \
+                         AND {ACTIONS} AND verdict IN ({}) RETURNING plugin, plugin_ref",
+                        verdicts.join(", ")
+                    ))
+                    .bind(now)
+                    .bind(item_id)
+                    .fetch_all(&mut **tx)
+                    .await?;
+                    out.overturned = by_plugin_version(tx, overturned).await?;
+                }
+                let confirmed = match verdicts.is_empty() {
+                    true => String::new(),
+                    false => format!(" AND verdict NOT IN ({})", verdicts.join(", ")),
+                };
+                let reinstated: Vec<(String, i64)> = sqlx::query_as(&format!(
+                    "UPDATE decisions SET reversed_at = NULL WHERE item_id = $1 AND reversed_at IS NOT NULL{confirmed} \
+                     RETURNING plugin, plugin_ref"
+                ))
+                .bind(item_id)
+                .fetch_all(&mut **tx)
+                .await?;
+                out.reinstated = by_plugin_version(tx, reinstated).await?;
+                Ok(out)
+            }
+
+            /// Decisions as `(plugin, plugin_ref)` counted by plugin name and
+            /// version (one read of the few distinct refs).
+            async fn by_plugin_version(
+                tx: &mut txn::Tx<'_>,
+                decisions: Vec<(String, i64)>,
+            ) -> StoreResult<std::collections::BTreeMap<(String, String), u64>> {
+                let mut refs: Vec<i64> = decisions.iter().map(|(_, r)| *r).collect();
+                refs.sort_unstable();
+                refs.dedup();
+                let mut versions = std::collections::HashMap::new();
+                for chunk in refs.chunks(500) {
+                    let sql = format!(
+                        "SELECT id, version FROM plugin_refs WHERE id IN ({})",
+                        placeholders(1, chunk.len())
+                    );
+                    let q = chunk.iter().fold(sqlx::query_as::<_, (i64, String)>(&sql), |q, id| q.bind(*id));
+                    versions.extend(q.fetch_all(&mut **tx).await?);
+                }
+                let mut out = std::collections::BTreeMap::new();
+                for (plugin, r) in decisions {
+                    let version = versions.get(&r).cloned().unwrap_or_default();
+                    *out.entry((plugin, version)).or_insert(0) += 1;
+                }
+                Ok(out)
             }
 
             async fn providers_of(tx: &mut txn::Tx<'_>, id: &str) -> StoreResult<Vec<ProviderRequestRecord>> {

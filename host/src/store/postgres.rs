@@ -43,6 +43,7 @@ impl Dialect for PgStore {
     const NOW_MS: &'static str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint";
     const BYTE_ORDER: &'static str = " COLLATE \"C\"";
     const POSITION: &'static str = "strpos";
+    const HAS_LABEL: &'static str = "d.labels::jsonb @> jsonb_build_array(CAST({} AS TEXT))";
     const ANONYMOUS_PARAMETERS: bool = false;
 
     fn read_pool(&self) -> &Pool<Postgres> {

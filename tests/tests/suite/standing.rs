@@ -2,16 +2,23 @@
 //! strikes derived from the decision log in a window, account states changed
 //! by one fenced write each. The double penalty (a burst of rejections judged
 //! by two servers and by recomputations holding no lease at all), a
-//! reversal, the window moving, a moderator's manual state, shadow
-//! decisions, the submission effect, and each account transition reaching
-//! the platform exactly once.
+//! reversal, a moderator who agrees with a rule, any path of moderator
+//! decisions (a property, on both stores), labels, the window moving, a
+//! moderator's manual state, shadow decisions, the submission effect, paged
+//! lists, and each account transition reaching the platform exactly once.
 
+use gavel::clock::now_ms;
 use gavel::config::WebhookConfig;
 use gavel::domain::standing::{StandingPolicy, Tier, TierEffect};
+use gavel::domain::{ItemStatus, Mode, Outcome, Phase, Verdict};
+use gavel::store::{
+    AuthorPage, CreateOutcome, DuplicateRule, ItemWrite, ManualActor, Moderation, ModerationOutcome, NewDecision,
+    NewItem, SharedStore,
+};
 use gavel_tests::receiver::Receiver;
 use gavel_tests::server::{Setup, TestServer, eventually};
 use serde_json::{Value, json};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -196,8 +203,15 @@ async fn a_burst_of_rejections_moves_the_author_once(setup: Setup) {
             .iter()
             .all(|t| t["cause"] == "strikes" && t["actor"] == "rules")
     );
+    // Each transition reaches the tier its own recorded strikes reach: no
+    // transition was made from a score another recomputation had moved past.
+    for t in &transitions {
+        let at = policy.tier_for(t["strikes"].as_f64().unwrap()).name.as_str();
+        assert_eq!(t["to_status"].as_str(), Some(at), "{transitions:#?}");
+    }
     // 20 items, one strike each, counted from 20 decisions.
     assert_eq!(settled["decisions"].as_array().unwrap().len(), 20);
+    assert_eq!(settled["counted"], json!(20));
 
     // Recomputing again, from either server's store, changes nothing.
     let again = a
@@ -208,6 +222,26 @@ async fn a_burst_of_rejections_moves_the_author_once(setup: Setup) {
         .unwrap()
         .unwrap();
     assert_eq!((again.transitioned, again.status.as_str()), (None, "suspended"));
+    // Each crossing was made by exactly one recomputation: the moves every
+    // recomputer reports (both servers' workers and the lease-less loops)
+    // add up to the transitions stored. Two that both believed they moved
+    // the author (a fence that let both through, a write reported but not
+    // made) would count one crossing twice.
+    let worker_moves: u64 = [&a, &b]
+        .iter()
+        .flat_map(|s| policy.tiers.iter().map(move |t| (s, t)))
+        .map(|(s, t)| {
+            s.metrics
+                .author_transitions
+                .get_or_create(&gavel::metrics::AuthorTransitionLabel { to: t.name.clone() })
+                .get()
+        })
+        .sum();
+    assert_eq!(
+        worker_moves as usize + leaseless_moves,
+        transitions.len(),
+        "{transitions:#?}"
+    );
 
     // Each account transition reaches the platform exactly once.
     let expected: HashSet<String> = (1..=transitions.len()).map(|v| format!("web:spammer:{v}")).collect();
@@ -217,9 +251,17 @@ async fn a_burst_of_rejections_moves_the_author_once(setup: Setup) {
     .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let delivered = author_events(&receiver, "spammer");
-    let ids_seen: Vec<&str> = delivered.iter().map(|c| c.event_id.as_str()).collect();
-    assert_eq!(ids_seen.len(), expected.len(), "{ids_seen:?}");
-    assert_eq!(ids_seen.iter().map(|s| s.to_string()).collect::<HashSet<_>>(), expected);
+    let ids_seen: HashSet<String> = delivered.iter().map(|c| c.event_id.clone()).collect();
+    assert_eq!(ids_seen, expected);
+    // What the platform got is what the audit rows say, state for state.
+    for c in &delivered {
+        let t = &transitions[c.item_version as usize - 1];
+        assert_eq!(
+            (c.from_status.as_str(), c.to_status.as_str()),
+            (t["from_status"].as_str().unwrap(), t["to_status"].as_str().unwrap()),
+            "{c:?}"
+        );
+    }
     let last = delivered.iter().max_by_key(|c| c.item_version).unwrap();
     assert_eq!(
         (last.to_status.as_str(), last.item_id.as_deref(), last.client.as_str()),
@@ -227,15 +269,14 @@ async fn a_burst_of_rejections_moves_the_author_once(setup: Setup) {
     );
     // ... and is in the changes feed, once.
     let feed = a.get_json("/v1/changes?limit=1000", &a.client).await;
-    let in_feed: Vec<&str> = feed["changes"]
+    let in_feed: HashSet<String> = feed["changes"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|c| c["kind"] == "author")
-        .map(|c| c["event_id"].as_str().unwrap())
+        .map(|c| c["event_id"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(in_feed.iter().map(|s| s.to_string()).collect::<HashSet<_>>(), expected);
-    assert_eq!(in_feed.len(), expected.len());
+    assert_eq!(in_feed, expected);
 
     // Suspended: a new submission is rejected at once, in the 202.
     let (status, r) = a
@@ -453,7 +494,13 @@ async fn a_moderators_state_survives_recomputation(setup: Setup) {
         let stored = s
             .open_store()
             .await
-            .author("web", "trudy", &s.config.standing, gavel::clock::now_ms())
+            .author(
+                "web",
+                "trudy",
+                &s.config.standing,
+                gavel::clock::now_ms(),
+                gavel::store::AuthorPage::first(0),
+            )
             .await
             .unwrap()
             .unwrap();
@@ -507,7 +554,9 @@ async fn a_moderators_state_survives_recomputation(setup: Setup) {
 }
 
 /// Shadow decisions never count: a rule in shadow rejecting everything an
-/// author posts leaves them in good standing.
+/// author posts leaves them in good standing, and once an enforced
+/// rejection of theirs makes the workers recompute them, the recomputation
+/// counts that one alone.
 async fn shadow_decisions_never_count(setup: Setup) {
     let receiver = Receiver::start(SECRET, 11).await;
     let s = server(setup, &receiver, |p| p.tiers = tiers(1.0, 2.0, 3.0)).await;
@@ -574,6 +623,377 @@ async fn shadow_decisions_never_count(setup: Setup) {
         "{shade:#}"
     );
     assert_eq!(shade["transitions"], json!([]));
+    // One enforced rejection of shade's own: the recomputation it queues
+    // counts it, and not the four shadow ones (5 strikes: suspended).
+    let (_, r) = s
+        .submit_as(
+            &s.client,
+            &json!({"kind": "post", "author": "shade", "text": "other"}),
+            None,
+        )
+        .await;
+    assert_eq!(r["status"], "rejected", "{r}");
+    let recomputed = wait_author(&s, "shade", "watch", 1.0).await;
+    let transitions = recomputed["transitions"].as_array().unwrap();
+    assert_eq!(transitions.len(), 1, "{recomputed:#}");
+    assert_eq!(
+        (transitions[0]["to_status"].as_str(), transitions[0]["strikes"].as_f64()),
+        (Some("watch"), Some(1.0)),
+        "{recomputed:#}"
+    );
+    assert_eq!(recomputed["counted"], json!(1));
+}
+
+/// Item 1 as a platform meets it: a moderator who holds a rejected item for
+/// a second look and then rejects it agrees with the rule, so the strike
+/// stays and the rule's decision is not counted as overturned.
+async fn a_moderator_who_agrees_keeps_the_strike(setup: Setup) {
+    let receiver = Receiver::start(SECRET, 12).await;
+    let s = server(setup, &receiver, |p| p.tiers = tiers(2.0, 4.0, 8.0)).await;
+    let id = spam(&s, "ann").await;
+    assert_eq!(author(&s, "ann").await["strikes"], json!(1.0));
+    let decide = async |status: &str| {
+        let r = s
+            .post(&format!("/v1/items/{id}/moderation"), &s.moderator)
+            .json(&json!({"status": status, "reason": "second look"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+        r.json::<Value>().await.unwrap()
+    };
+    // Held: a hold overturns the rejection for now...
+    let held = decide("held_for_review").await;
+    assert!(!held["decisions"][0]["reversed_at"].is_null(), "{held:#}");
+    assert_eq!(author(&s, "ann").await["strikes"], json!(0.0));
+    // ...and rejecting it confirms the rule: the strike is back, and the
+    // decision is no longer overturned (the reversal rate agrees).
+    let rejected = decide("rejected").await;
+    let actions: Vec<&Value> = rejected["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["verdict"] == "reject")
+        .collect();
+    assert!(!actions.is_empty(), "{rejected:#}");
+    assert!(actions.iter().all(|d| d["reversed_at"].is_null()), "{rejected:#}");
+    let ann = author(&s, "ann").await;
+    assert_eq!(
+        (ann["strikes"].as_f64(), ann["counted"].as_i64()),
+        (Some(1.0), Some(1)),
+        "{ann:#}"
+    );
+    let plugins = s.get_json("/v1/plugins", &s.moderator).await;
+    let banned = plugins["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "banned-terms")
+        .unwrap()
+        .clone();
+    assert_eq!(banned["figures"]["reversals"], json!(0), "{banned:#}");
+}
+
+/// Item 2: an author whose only strike was overturned has 0.0 strikes in
+/// the API's JSON, never `-0.0` (a sum over nothing that starts at -0.0).
+async fn zero_strikes_read_as_zero_not_minus_zero(setup: Setup) {
+    let receiver = Receiver::start(SECRET, 13).await;
+    let s = server(setup, &receiver, |_| {}).await;
+    let id = spam(&s, "zed").await;
+    let r = s
+        .post(&format!("/v1/items/{id}/moderation"), &s.moderator)
+        .json(&json!({"status": "visible", "reason": "fine"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    eventually(
+        "the recomputation stored 0 strikes",
+        Duration::from_secs(20),
+        async || {
+            let stored = s
+                .open_store()
+                .await
+                .author("web", "zed", &s.config.standing, now_ms(), AuthorPage::first(0))
+                .await
+                .unwrap()
+                .unwrap();
+            stored.record.strikes == 0.0 && stored.record.recheck_at.is_none()
+        },
+    )
+    .await;
+    let text = s
+        .get("/v1/authors/zed", &s.client)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(text.contains(r#""strikes":0.0"#), "{text}");
+    assert!(!text.contains("-0"), "{text}");
+}
+
+/// Item 3: an author's decisions and transitions come in pages, each page
+/// a bounded read, and following the cursors reads each entry once.
+async fn an_authors_lists_come_in_pages(setup: Setup) {
+    let receiver = Receiver::start(SECRET, 14).await;
+    let s = server(setup, &receiver, |p| p.tiers = tiers(1.0, 2.0, 3.0)).await;
+    // One tier at a time: three transitions.
+    spam(&s, "pager").await;
+    wait_author(&s, "pager", "watch", 1.0).await;
+    spam(&s, "pager").await;
+    wait_author(&s, "pager", "restricted", 2.0).await;
+    for _ in 0..3 {
+        spam(&s, "pager").await;
+    }
+    let full = wait_author(&s, "pager", "suspended", 5.0).await;
+    assert_eq!(full["counted"], json!(5));
+    let get = async |query: &str| {
+        let r = s
+            .get(&format!("/v1/authors/pager?{query}"), &s.client)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json::<Value>().await.unwrap())
+    };
+    let mut decisions = Vec::new();
+    let mut after = 0;
+    loop {
+        let (status, page) = get(&format!("limit=2&decisions_after={after}")).await;
+        assert_eq!(status, 200, "{page}");
+        let ids = page["decisions"].as_array().unwrap();
+        assert!(ids.len() <= 2, "{page}");
+        decisions.extend(ids.iter().map(|d| d.as_i64().unwrap()));
+        match page["next_decisions_after"].as_i64() {
+            Some(next) => after = next,
+            None => break,
+        }
+    }
+    let all: Vec<i64> = full["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_i64().unwrap())
+        .collect();
+    assert_eq!(decisions, all);
+    assert_eq!(decisions.len(), 5);
+    let mut versions = Vec::new();
+    let mut after = 0;
+    loop {
+        let (status, page) = get(&format!("limit=1&transitions_after={after}")).await;
+        assert_eq!(status, 200, "{page}");
+        let t = page["transitions"].as_array().unwrap();
+        assert_eq!(t.len(), 1, "{page}");
+        versions.push(t[0]["version"].as_i64().unwrap());
+        match page["next_transitions_after"].as_i64() {
+            Some(next) => after = next,
+            None => break,
+        }
+    }
+    assert_eq!(versions, vec![1, 2, 3]);
+    for bad in ["limit=0", "limit=501", "decisions_after=-1", "transitions_after=x"] {
+        let (status, body) = get(bad).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+}
+
+/// The weights the store-level checks count with: exact binary fractions,
+/// so every order of summing gives one score.
+fn weighted() -> StandingPolicy {
+    let mut p = StandingPolicy {
+        enabled: true,
+        ..Default::default()
+    };
+    p.weights = BTreeMap::from([(Verdict::Flag, 0.25), (Verdict::Hold, 0.5), (Verdict::Reject, 1.0)]);
+    p.labels.insert("scam".into(), 3.0);
+    p
+}
+
+/// An applied, enforced sync decision of `verdict`.
+fn action(verdict: Verdict, labels: &[&str]) -> NewDecision {
+    NewDecision {
+        plugin: "rule".into(),
+        plugin_version: "1.0.0".into(),
+        plugin_digest: "cd".repeat(32),
+        phase: Phase::Sync.into(),
+        verdict: Some(verdict),
+        score: 1.0,
+        labels: labels.iter().map(|l| l.to_string()).collect(),
+        reason: "r".into(),
+        mode: Mode::Enforce,
+        applied: true,
+        duration_us: 1,
+        outcome: Outcome::Ok,
+        error: None,
+        decided_at: now_ms(),
+        inputs: None,
+    }
+}
+
+/// Stores an item of `author` judged by `actions` at submission, in the
+/// status the most severe of them settles it in.
+async fn item_with(store: &SharedStore, author: &str, actions: Vec<NewDecision>) -> String {
+    let id = gavel_tests::server::uuid_ish();
+    let write = ItemWrite {
+        item: NewItem {
+            id: id.clone(),
+            client: "web".into(),
+            external_id: None,
+            kind: "post".into(),
+            author: author.into(),
+            body: "b".into(),
+            context: "{}".into(),
+            fingerprint: gavel::fingerprint::fingerprint(&id),
+            correlation_id: "c".into(),
+            now: now_ms(),
+        },
+        sync_verdict: Verdict::most_severe(actions.iter().filter_map(|d| d.verdict)),
+        sync_reason: "rules".into(),
+        decisions: actions,
+        degraded: false,
+        duplicates: DuplicateRule {
+            window_ms: 1,
+            hold_at: 1_000,
+        },
+        standing: Default::default(),
+        key: None,
+        respond: |_| String::new(),
+    };
+    match store.create_items(&[write]).await.unwrap().remove(0) {
+        CreateOutcome::Created { item, .. } => item.id,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A moderator's decision, through the same function the API and the console use.
+async fn moderate(store: &SharedStore, id: &str, to: ItemStatus) {
+    let outcome = gavel::store::moderate(
+        store.as_ref(),
+        &Moderation {
+            id,
+            to,
+            if_match: None,
+            by: ManualActor::Moderator,
+            name: "mod",
+            note: None,
+            reason: "r",
+            correlation_id: "c",
+        },
+    )
+    .await
+    .unwrap();
+    assert!(matches!(outcome, ModerationOutcome::Applied { .. }), "{outcome:?}");
+}
+
+/// An author's strikes now, and how many of the item's decisions are overturned.
+async fn standing_of(store: &SharedStore, author: &str, item: &str, policy: &StandingPolicy) -> (f64, usize) {
+    let a = store
+        .author("web", author, policy, now_ms(), AuthorPage::first(10))
+        .await
+        .unwrap()
+        .unwrap();
+    let details = store.item_details(item).await.unwrap().unwrap();
+    let overturned = details.decisions.iter().filter(|d| d.reversed_at.is_some()).count();
+    (a.strikes.score, overturned)
+}
+
+/// Item 1's property, on the store itself: any sequence of moderator
+/// decisions that ends in one status leaves the same strikes and the same
+/// overturned decisions as that last decision alone, and both are what the
+/// last decision says of each automated verdict (visible overturns flag,
+/// hold and reject; held_for_review overturns reject; rejected and deleted
+/// confirm them all).
+async fn moderator_paths_ending_in_one_status_count_the_same(setup: Setup) {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let dir = tempfile::tempdir().unwrap();
+    let store = setup.store(dir.path()).await;
+    let policy = weighted();
+    let verdicts = [Verdict::Flag, Verdict::Hold, Verdict::Reject];
+    let statuses = [
+        ItemStatus::Visible,
+        ItemStatus::HeldForReview,
+        ItemStatus::Rejected,
+        ItemStatus::Deleted,
+    ];
+    let actions = prop::collection::vec((0..3usize, any::<bool>()), 1..4);
+    let path = prop::collection::vec(0..3usize, 0..5);
+    let last = 0..4usize;
+    let handle = tokio::runtime::Handle::current();
+    let cases = tokio::task::spawn_blocking(move || {
+        let mut runner = TestRunner::new(Config {
+            cases: 24,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        let cases = std::sync::atomic::AtomicUsize::new(0);
+        let result = runner.run(&(actions, path, last), |(actions, path, last)| {
+            cases.fetch_add(1, Ordering::Relaxed);
+            handle.block_on(async {
+                let made: Vec<(Verdict, bool)> = actions.iter().map(|(v, scam)| (verdicts[*v], *scam)).collect();
+                let decisions = || {
+                    made.iter()
+                        .map(|(v, scam)| action(*v, if *scam { &["scam"] } else { &[] }))
+                        .collect()
+                };
+                let last = statuses[last];
+                let case = gavel_tests::server::uuid_ish();
+                let (walked, direct) = (format!("walked-{case}"), format!("direct-{case}"));
+                let walked_item = item_with(&store, &walked, decisions()).await;
+                let direct_item = item_with(&store, &direct, decisions()).await;
+                for step in &path {
+                    moderate(&store, &walked_item, statuses[*step]).await;
+                }
+                moderate(&store, &walked_item, last).await;
+                moderate(&store, &direct_item, last).await;
+                // The definition, written out: what the last decision overturns.
+                let overturns = |v: Verdict| match last {
+                    ItemStatus::Visible => true,
+                    ItemStatus::HeldForReview => v == Verdict::Reject,
+                    _ => false,
+                };
+                let expected_overturned = made.iter().filter(|(v, _)| overturns(*v)).count();
+                let expected_strikes = made
+                    .iter()
+                    .filter(|(v, _)| !overturns(*v))
+                    .map(|(v, scam)| if *scam { 3.0 } else { policy.weights[v] })
+                    .fold(0.0, f64::max);
+                let walked_standing = standing_of(&store, &walked, &walked_item, &policy).await;
+                let direct_standing = standing_of(&store, &direct, &direct_item, &policy).await;
+                prop_assert_eq!(walked_standing, direct_standing, "{:?} then {:?}", path, last);
+                prop_assert_eq!(walked_standing, (expected_strikes, expected_overturned), "{:?}", made);
+                Ok(())
+            })
+        });
+        result.map(|_| cases.into_inner())
+    })
+    .await
+    .unwrap();
+    let cases = cases.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cases, 24, "every generated case ran");
+}
+
+/// A label weighs more than its verdict, and a moderator who agrees with a
+/// labelled hold (rejects the item) keeps its weight: `scam = 3.0` on a
+/// `hold` that a moderator turns into `rejected` is 3 strikes, and the
+/// rule's decision is not overturned.
+async fn labels_weigh_more_than_their_verdict(setup: Setup) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = setup.store(dir.path()).await;
+    let policy = weighted();
+    let scam = item_with(&store, "labelled", vec![action(Verdict::Hold, &["scam"])]).await;
+    let plain = item_with(&store, "labelled", vec![action(Verdict::Hold, &[])]).await;
+    assert_eq!(standing_of(&store, "labelled", &scam, &policy).await, (3.5, 0));
+    moderate(&store, &scam, ItemStatus::Rejected).await;
+    assert_eq!(standing_of(&store, "labelled", &scam, &policy).await, (3.5, 0));
+    moderate(&store, &plain, ItemStatus::Visible).await;
+    assert_eq!(standing_of(&store, "labelled", &plain, &policy).await, (3.0, 1));
+    // Without the label's weight the hold weighs what its verdict does.
+    let mut unlabelled = policy.clone();
+    unlabelled.labels.clear();
+    assert_eq!(standing_of(&store, "labelled", &scam, &unlabelled).await.0, 0.5);
 }
 
 gavel_tests::both!(
@@ -583,4 +1003,9 @@ gavel_tests::both!(
     the_window_moving_moves_the_author_down,
     a_moderators_state_survives_recomputation,
     shadow_decisions_never_count,
+    a_moderator_who_agrees_keeps_the_strike,
+    zero_strikes_read_as_zero_not_minus_zero,
+    an_authors_lists_come_in_pages,
+    moderator_paths_ending_in_one_status_count_the_same,
+    labels_weigh_more_than_their_verdict,
 );

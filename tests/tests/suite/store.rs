@@ -106,7 +106,6 @@ pub(crate) fn request(id: &str, version: i64, from: ItemStatus, to: ItemStatus, 
         reason: "test".into(),
         correlation_id: "test".into(),
         now: now_ms(),
-        reversed_decisions: Vec::new(),
     }
 }
 

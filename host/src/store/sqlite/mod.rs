@@ -361,6 +361,7 @@ impl Dialect for SqliteStore {
     const NOW_MS: &'static str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
     const BYTE_ORDER: &'static str = "";
     const POSITION: &'static str = "instr";
+    const HAS_LABEL: &'static str = "EXISTS (SELECT 1 FROM json_each(d.labels) WHERE json_each.value = {})";
     const ANONYMOUS_PARAMETERS: bool = true;
 
     fn read_pool(&self) -> &Pool<Sqlite> {
