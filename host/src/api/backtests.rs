@@ -586,6 +586,7 @@ pub struct ReplayQuery {
     /// by name or sha256).
     pub candidate: Option<String>,
     /// Evaluations in the page, 1-200 (default 50).
+    #[param(minimum = 1, maximum = 200)]
     pub limit: Option<usize>,
     /// Only evaluations made before this decision id: the `older` of the
     /// page after (default: the newest).
