@@ -7,8 +7,8 @@
 
 use super::{Item, KeyCompletion, NewDecision, StoreResult};
 use crate::clock::Millis;
-use crate::domain::Verdict;
-use crate::domain::policy::Cause;
+use crate::domain::policy::{Cause, SubmissionDecision};
+use crate::domain::{Actor, ItemStatus, Verdict};
 
 /// A new item, before the submission checks decide its status.
 #[derive(Debug, Clone)]
@@ -23,6 +23,33 @@ pub struct NewItem {
     pub fingerprint: String,
     pub correlation_id: String,
     pub now: Millis,
+}
+
+impl NewItem {
+    /// The item as its submission stores it, in the status `decision` gave.
+    pub fn stored(&self, decision: &SubmissionDecision) -> Item {
+        Item {
+            id: self.id.clone(),
+            client: self.client.clone(),
+            external_id: self.external_id.clone(),
+            kind: self.kind.clone(),
+            author: self.author.clone(),
+            body: self.body.clone(),
+            context: self.context.clone(),
+            fingerprint: self.fingerprint.clone(),
+            status: decision.status,
+            version: 1,
+            decided_by: (decision.status != ItemStatus::PendingScan).then_some(Actor::System),
+            sync_verdict: decision.sync_verdict,
+            needs_eval_since: decision.needs_eval.then_some(self.now),
+            event_seq: 0,
+            evaluated_seq: 0,
+            eval_round: 0,
+            content_version: 1,
+            created_at: self.now,
+            updated_at: self.now,
+        }
+    }
 }
 
 /// The duplicate-text check of a submission.
@@ -316,27 +343,7 @@ macro_rules! impl_submissions {
                             .and_then(|state| w.standing.effect(state)),
                     });
                     *earlier += 1;
-                    let item = Item {
-                        id: it.id.clone(),
-                        client: it.client.clone(),
-                        external_id: it.external_id.clone(),
-                        kind: it.kind.clone(),
-                        author: it.author.clone(),
-                        body: it.body.clone(),
-                        context: it.context.clone(),
-                        fingerprint: it.fingerprint.clone(),
-                        status: decision.status,
-                        version: 1,
-                        decided_by: (decision.status != ItemStatus::PendingScan).then_some(Actor::System),
-                        sync_verdict: decision.sync_verdict,
-                        needs_eval_since: decision.needs_eval.then_some(it.now),
-                        event_seq: 0,
-                        evaluated_seq: 0,
-                        eval_round: 0,
-                        content_version: 1,
-                        created_at: it.now,
-                        updated_at: it.now,
-                    };
+                    let item = it.stored(&decision);
                     decided.push((i, item, decision.cause, decision.reason));
                 }
                 Ok(decided)

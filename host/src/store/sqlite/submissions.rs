@@ -7,7 +7,7 @@ use super::records;
 use crate::domain::policy::{SubmissionInputs, submission};
 use crate::domain::{Actor, ItemStatus};
 use crate::store::shared::NewTransition;
-use crate::store::{CreateOutcome, Item, ItemWrite, StoreResult};
+use crate::store::{CreateOutcome, ItemWrite, StoreResult};
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// Stores one submission: its key sealed, its external id checked, its
@@ -57,27 +57,7 @@ pub(super) fn create_item(conn: &Connection, w: &ItemWrite) -> StoreResult<Creat
         degraded: w.degraded,
         standing: w.standing.effect(&state),
     });
-    let item = Item {
-        id: it.id.clone(),
-        client: it.client.clone(),
-        external_id: it.external_id.clone(),
-        kind: it.kind.clone(),
-        author: it.author.clone(),
-        body: it.body.clone(),
-        context: it.context.clone(),
-        fingerprint: it.fingerprint.clone(),
-        status: decision.status,
-        version: 1,
-        decided_by: (decision.status != ItemStatus::PendingScan).then_some(Actor::System),
-        sync_verdict: decision.sync_verdict,
-        needs_eval_since: decision.needs_eval.then_some(it.now),
-        event_seq: 0,
-        evaluated_seq: 0,
-        eval_round: 0,
-        content_version: 1,
-        created_at: it.now,
-        updated_at: it.now,
-    };
+    let item = it.stored(&decision);
     conn.prepare_cached(
         "INSERT INTO items (id, client, external_id, kind, author, body, context, fingerprint, status, version, \
          decided_by, sync_verdict, needs_eval_since, created_at, updated_at) \
