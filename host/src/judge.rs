@@ -4,6 +4,7 @@
 //! runs on an evaluation thread.
 
 use crate::clock::now_ms;
+use crate::domain::standing::StandingPolicy;
 use crate::domain::{Mode, Outcome, Phase, Verdict};
 use crate::metrics::Metrics;
 use crate::rules::{
@@ -99,24 +100,29 @@ pub struct Judgement {
 
 impl Judgement {
     /// The decision rows to store; `applied` when the plugin enforces, it
-    /// decided, and the result is applied at all (not after a manual decision).
-    pub fn decisions(&self, phase: Phase, applied: bool) -> Vec<NewDecision> {
+    /// decided, and the result is applied at all (not after a manual
+    /// decision); each `weighs` as `standing` says.
+    pub fn decisions(&self, phase: Phase, applied: bool, standing: &StandingPolicy) -> Vec<NewDecision> {
         self.evaluations
             .iter()
             .enumerate()
             .map(|(i, (p, e))| {
                 let d = e.decision.as_ref();
+                let applied = applied && p.mode == Mode::Enforce && e.outcome == Outcome::Ok;
+                let verdict = d.map(|d| d.verdict);
+                let labels = d.map_or_else(Vec::new, |d| d.labels.clone());
                 NewDecision {
                     plugin: e.plugin.name.clone(),
                     plugin_version: e.plugin.version.clone(),
                     plugin_digest: e.plugin.digest.to_hex(),
                     phase: phase.into(),
-                    verdict: d.map(|d| d.verdict),
+                    weighs: standing.enabled && standing.weighs(p.mode, applied, e.outcome, verdict, &labels),
+                    verdict,
                     score: d.map_or(0.0, |d| d.score as f64),
-                    labels: d.map_or_else(Vec::new, |d| d.labels.clone()),
+                    labels,
                     reason: d.map_or_else(String::new, |d| d.reason.clone()),
                     mode: p.mode,
-                    applied: applied && p.mode == Mode::Enforce && e.outcome == Outcome::Ok,
+                    applied,
                     duration_us: e.duration.as_micros() as i64,
                     outcome: e.outcome,
                     error: e.error.clone(),

@@ -17,7 +17,7 @@ use crate::judge::{Judgement, judge, snapshot_of};
 use crate::metrics::Metrics;
 use crate::rules::{EvaluationPool, HostError, Registry};
 use crate::store::{
-    CommitOutcome, EvaluationCommit, Handoff, NewDecision, SharedStore, SnapshotData, SnapshotWindows, StoreError,
+    CommitOutcome, EvaluationCommit, Handoff, SharedStore, SnapshotData, SnapshotWindows, StoreError,
     Writes,
 };
 use std::collections::{BTreeMap, HashMap};
@@ -615,9 +615,7 @@ impl Worker {
                     let (commit, verdict) = self.decide(&data, &judgement);
                     // Only a decision that weighs can change the score: no
                     // recomputation is queued for one that cannot.
-                    let strikes =
-                        |d: &NewDecision| p.standing.weighs(d.mode, d.applied, d.outcome, d.verdict, &d.labels);
-                    let author = (p.standing.enabled && commit.decisions.iter().any(strikes))
+                    let author = commit.decisions.iter().any(|d| d.weighs)
                         .then(|| (data.item.client.clone(), data.item.author.clone()));
                     commits.push(Judged {
                         index: i,
@@ -744,7 +742,7 @@ impl Worker {
             snapshot_round: item.eval_round,
             from: item.status,
             to: decision.to,
-            decisions: judgement.decisions(Phase::Async, decision.applied),
+            decisions: judgement.decisions(Phase::Async, decision.applied, &p.standing),
             reason: decision.reason,
             correlation_id: format!("eval-{}", uuid::Uuid::now_v7()),
             now: now_ms(),

@@ -69,6 +69,7 @@ pub async fn seed_evaluations(
                             error: None,
                             decided_at: now,
                             inputs: Some(inputs.clone()),
+                            weighs: false,
                         })
                         .collect(),
                     reason: "seeded".into(),

@@ -76,7 +76,17 @@ pub async fn callback(
         tracing::warn!(%provider, error = %e, "provider callback refused");
         return Err(ApiError::new(StatusCode::UNAUTHORIZED, "bad_signature", e.to_string()));
     }
-    let new = parse_callback(&provider, &body)?;
+    let mut new = parse_callback(&provider, &body)?;
+    // A provider's verdict that weighs against the author: the store marks
+    // the author in the callback's transaction, and the author is queued.
+    new.weighs = state.standing.enabled
+        && state.standing.weighs(
+            crate::domain::Mode::Enforce,
+            true,
+            crate::domain::Outcome::Ok,
+            Some(new.verdict),
+            &new.labels,
+        );
     let span = tracing::info_span!(
         "provider.callback",
         %provider, item = %new.item_id, request_key = %new.request_key, event_id = %new.event_id
@@ -85,17 +95,8 @@ pub async fn callback(
         use tracing::Instrument;
         state.store.apply_callback(&new).instrument(span.clone()).await?
     };
-    // A provider's verdict that weighs against the author (the store marked
-    // the author in the callback's transaction).
-    let weighs = || {
-        let (mode, outcome) = (crate::domain::Mode::Enforce, crate::domain::Outcome::Ok);
-        state
-            .standing
-            .weighs(mode, true, outcome, Some(new.verdict), &new.labels)
-    };
-    if state.standing.enabled
+    if new.weighs
         && matches!(outcome, CallbackOutcome::Applied { .. })
-        && weighs()
         && let Ok(Some(item)) = state.store.item(&new.item_id).await
     {
         state.scheduler.schedule_author(&item.client, &item.author).await;
@@ -192,6 +193,7 @@ fn parse_callback(provider: &str, body: &[u8]) -> Result<NewCallback, ApiError> 
         score: cb.score.clamp(0.0, 1.0),
         labels,
         reason: cb.reason.clone(),
+        weighs: false,
         now: crate::clock::now_ms(),
     })
 }

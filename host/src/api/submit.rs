@@ -177,12 +177,7 @@ pub(super) struct SyncOutcome {
 /// An admitted submission with its sync rules' outcome, ready to store.
 fn prepared(state: &AppState, admitted: Admitted, sync: SyncOutcome) -> Prepared {
     let Admitted { item, key } = admitted;
-    let weighs = state.standing.enabled
-        && sync.decisions.iter().any(|d| {
-            state
-                .standing
-                .weighs(d.mode, d.applied, d.outcome, d.verdict, &d.labels)
-        });
+    let weighs = sync.decisions.iter().any(|d| d.weighs);
     let ingest = &state.config.ingest;
     let degraded = state.metrics.queue_lag_seconds.get() * 1000.0 > state.config.evaluation.degraded_lag_ms as f64;
     let write = ItemWrite {
@@ -245,7 +240,7 @@ async fn sync_rules(state: &AppState, items: Vec<NewItem>) -> Vec<SyncOutcome> {
             Ok(j) => SyncOutcome {
                 verdict: j.verdict,
                 reason: j.reason(),
-                decisions: j.decisions(Phase::Sync, true),
+                decisions: j.decisions(Phase::Sync, true, &state.standing),
             },
             Err(e) => {
                 state

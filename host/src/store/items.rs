@@ -66,6 +66,12 @@ pub struct NewDecision {
     /// What the rule judged, stored with the decision when
     /// `evaluation.store_snapshots` is on (see [`super::history`]).
     pub inputs: Option<super::DecisionInputs>,
+    /// Whether it weighs against its item's author under the standing
+    /// policy ([`crate::domain::standing::StandingPolicy::weighs`]; false
+    /// when standing is off). The store marks the author for recomputation
+    /// in the decision's transaction only then: a decision that cannot
+    /// change the score queues nothing.
+    pub weighs: bool,
 }
 
 /// A stored decision.

@@ -68,6 +68,9 @@ pub struct NewCallback {
     pub score: f64,
     pub labels: Vec<String>,
     pub reason: String,
+    /// Whether the verdict weighs against the item's author under the
+    /// standing policy (see [`NewDecision::weighs`]).
+    pub weighs: bool,
     pub now: Millis,
 }
 
@@ -282,6 +285,7 @@ macro_rules! impl_providers {
                     error: None,
                     decided_at: cb.now,
                     inputs: None,
+                    weighs: cb.weighs,
                 };
                 txn::insert_decisions(tx, &[(cb.item_id.as_str(), item_version, &decision)]).await?;
                 sqlx::query(

@@ -141,10 +141,9 @@ macro_rules! impl_shared {
                 let now = rows.iter().map(|(_, _, d)| d.decided_at).max().unwrap_or(0);
                 let docs = rows.iter().filter_map(|(_, _, d)| d.inputs.as_ref());
                 insert_input_docs(tx, docs, now).await?;
-                use $crate::domain::standing::may_count;
                 let mut striking: Vec<&str> = rows
                     .iter()
-                    .filter(|(_, _, d)| may_count(d.mode, d.applied, d.outcome, d.verdict))
+                    .filter(|(_, _, d)| d.weighs)
                     .map(|(item, ..)| *item)
                     .collect();
                 striking.sort_unstable();

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 /// Scrapes `/metrics`, parses it with a Prometheus text-format parser, and
 /// returns `name{labels} → value`.
-async fn scrape(s: &TestServer) -> BTreeMap<String, f64> {
+pub(crate) async fn scrape(s: &TestServer) -> BTreeMap<String, f64> {
     let r = s.http.get(format!("{}/metrics", s.url)).send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert!(
@@ -35,7 +35,7 @@ async fn scrape(s: &TestServer) -> BTreeMap<String, f64> {
     out
 }
 
-fn get(m: &BTreeMap<String, f64>, key: &str) -> f64 {
+pub(crate) fn get(m: &BTreeMap<String, f64>, key: &str) -> f64 {
     m.get(key).copied().unwrap_or(0.0)
 }
 

@@ -812,7 +812,8 @@ fn weighted() -> StandingPolicy {
 }
 
 /// An applied, enforced sync decision of `verdict`.
-fn action(verdict: Verdict, labels: &[&str]) -> NewDecision {
+fn action(verdict: Verdict, labels_of: &[&str]) -> NewDecision {
+    let labels = |l: &[&str]| l.iter().map(|l| l.to_string()).collect::<Vec<_>>();
     NewDecision {
         plugin: "rule".into(),
         plugin_version: "1.0.0".into(),
@@ -820,7 +821,7 @@ fn action(verdict: Verdict, labels: &[&str]) -> NewDecision {
         phase: Phase::Sync.into(),
         verdict: Some(verdict),
         score: 1.0,
-        labels: labels.iter().map(|l| l.to_string()).collect(),
+        labels: labels(labels_of),
         reason: "r".into(),
         mode: Mode::Enforce,
         applied: true,
@@ -829,6 +830,7 @@ fn action(verdict: Verdict, labels: &[&str]) -> NewDecision {
         error: None,
         decided_at: now_ms(),
         inputs: None,
+        weighs: weighted().weighs(Mode::Enforce, true, Outcome::Ok, Some(verdict), &labels(labels_of)),
     }
 }
 
@@ -996,7 +998,52 @@ async fn labels_weigh_more_than_their_verdict(setup: Setup) {
     assert_eq!(standing_of(&store, "labelled", &scam, &unlabelled).await.0, 0.5);
 }
 
+/// Item 3: a verdict whose weight is 0 cannot change the score, so it
+/// neither marks its author for recomputation in its transaction nor
+/// queues one; a verdict that weighs does both.
+async fn a_verdict_that_weighs_nothing_queues_no_recomputation(setup: Setup) {
+    let receiver = Receiver::start(SECRET, 17).await;
+    // Only rejections weigh: link-spam's hold of four links weighs 0.
+    let s = server(setup, &receiver, |p| p.weights = BTreeMap::from([(Verdict::Reject, 1.0)])).await;
+    let recomputations = async || {
+        crate::metrics::get(&crate::metrics::scrape(&s).await, "gavel_author_recomputations_total{}")
+    };
+    let before = recomputations().await;
+    let (status, r) = s
+        .submit_as(
+            &s.client,
+            &json!({"kind": "post", "author": "quiet",
+                    "text": "http://a.example http://b.example http://c.example http://d.example"}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 202, "{r}");
+    let id = r["id"].as_str().unwrap().to_string();
+    let item = s.settled(&id).await;
+    assert_eq!(item["status"], "held_for_review", "{item:#}");
+    let stored = s
+        .open_store()
+        .await
+        .author("web", "quiet", &s.config.standing, now_ms(), AuthorPage::first(0))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.record.recheck_at, None, "{:?}", stored.record);
+    // Long enough for the reconciler to pick up a marked author.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(recomputations().await, before, "a weightless hold recomputed its author");
+    // A rejection weighs: its author is recomputed, once.
+    spam(&s, "quiet").await;
+    wait_author(&s, "quiet", "good", 1.0).await;
+    eventually("one recomputation", Duration::from_secs(20), async || {
+        recomputations().await == before + 1.0
+    })
+    .await;
+    s.stop().await.unwrap();
+}
+
 gavel_tests::both!(
+    a_verdict_that_weighs_nothing_queues_no_recomputation,
     a_burst_of_rejections_moves_the_author_once,
     a_burst_is_counted_once_after_it_goes_quiet,
     a_reversal_moves_the_author_down_once,

@@ -126,6 +126,7 @@ pub(crate) fn decision(plugin: &str) -> NewDecision {
         error: None,
         decided_at: now_ms(),
         inputs: None,
+        weighs: true,
     }
 }
 
@@ -301,6 +302,7 @@ async fn every_commit_path_racing_on_one_item_has_one_winner(setup: Setup) {
                 score: 0.5,
                 labels: vec![],
                 reason: "model".into(),
+                weighs: true,
                 now: now_ms(),
             };
             tasks.spawn(async move {
@@ -1225,6 +1227,7 @@ async fn a_callback_past_its_deadline_is_stale(setup: Setup) {
         score: 0.1,
         labels: vec![],
         reason: "model".into(),
+        weighs: false,
         now: deadline_at,
     };
     assert!(matches!(

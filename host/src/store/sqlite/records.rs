@@ -9,7 +9,6 @@
 
 use crate::clock::Millis;
 use crate::domain::ItemStatus;
-use crate::domain::standing::may_count;
 use crate::store::shared::NewTransition;
 use crate::store::{DecisionInputs, Handoff, InputDoc, KeyCompletion, NewDecision, StoreResult, provider_request_key};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -75,7 +74,7 @@ pub(super) fn insert_decisions(
             d.inputs.as_ref().map(|i| i.snapshot.digest.as_str()),
             d.inputs.as_ref().map(|i| i.config.digest.as_str()),
         ])?;
-        striking |= may_count(d.mode, d.applied, d.outcome, d.verdict);
+        striking |= d.weighs;
         now = now.max(d.decided_at);
     }
     insert_input_docs(conn, decisions.iter().filter_map(|d| d.inputs.as_ref()), now)?;
