@@ -47,6 +47,7 @@ pub mod console;
 pub mod coordinator;
 pub mod delivery;
 pub mod domain;
+pub mod export;
 pub mod fingerprint;
 pub mod judge;
 pub mod metrics;

@@ -15,7 +15,8 @@
 //!
 //! Each command installs what a fresh machine lacks or says exactly what is
 //! missing: the wasm32-wasip2 target and componentize-py (every command);
-//! Node.js and npm (all but `bench`); schemathesis and Chromium (`test`);
+//! Node.js and npm (all but `bench`); schemathesis, DuckDB's Python client and
+//! Chromium (`test`);
 //! PostgreSQL, redis-server and wrk (`test`, `bench`). Node.js, PostgreSQL,
 //! redis-server, Chromium and wrk are Debian's packages, installed when
 //! running as root.
@@ -92,6 +93,23 @@ const SCHEMATHESIS: &str = "schemathesis==4.32.5";
 
 fn ensure_schemathesis() -> anyhow::Result<()> {
     ensure_pip_tool("schemathesis", SCHEMATHESIS)
+}
+
+/// DuckDB's Python client, which the export tests load every format into
+/// (tests/tests/suite/exports.rs): a reader no one here wrote.
+const DUCKDB: &str = "duckdb==1.4.2";
+
+/// Installs `spec` (`name==version`), a Python library, with pip unless
+/// `import name` already reports that version.
+fn ensure_python_library(spec: &str) -> anyhow::Result<()> {
+    let (name, wanted) = spec.split_once("==").expect("a pinned `name==version`");
+    let check = format!("import {name}; print({name}.__version__)");
+    let has = || output(Command::new("python3").args(["-c", &check])).is_some_and(|v| v.trim() == wanted);
+    if !has() {
+        sh(Command::new("python3").args(["-m", "pip", "install", "--quiet", spec]))?;
+    }
+    anyhow::ensure!(has(), "python3 cannot import {name} {wanted} after installing it");
+    Ok(())
 }
 
 /// Installs `spec` (`name==version`) with pip unless `command --version`
@@ -245,6 +263,7 @@ fn test(root: &Path) -> anyhow::Result<()> {
     ensure_componentize_py()?;
     ensure_node()?;
     ensure_schemathesis()?;
+    ensure_python_library(DUCKDB)?;
     ensure_postgres()?;
     ensure_redis()?;
     // The console's browser test drives it (and runs `npm ci` for

@@ -8,6 +8,7 @@ mod authors;
 mod backtests;
 mod delivery;
 mod error;
+mod exports;
 mod events;
 mod idempotency;
 mod items;
@@ -235,6 +236,7 @@ fn routes() -> Routes {
         Moderator,
         get(backtests::report_html),
     )
+    .add(Method::GET, "/v1/exports/{table}", Moderator, get(exports::export))
     .add(Method::GET, "/v1/plugins", Moderator, get(system::plugins))
     .add(
         Method::GET,
@@ -262,7 +264,7 @@ pub fn route_table() -> Vec<RouteInfo> {
         moderation::dead_letters, moderation::replay_dead_letter, authors::get_author, authors::moderate_author,
         delivery::changes, delivery::deliveries, delivery::replay_delivery, providers::callback,
         backtests::replay_item, backtests::start, backtests::list, backtests::get_one, backtests::cancel,
-        backtests::report_html,
+        backtests::report_html, exports::export,
         system::plugins, system::plugin_history, system::healthz, system::readyz, system::metrics, system::openapi,
     ),
     components(schemas(ErrorBody)),

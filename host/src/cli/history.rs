@@ -120,8 +120,22 @@ async fn open(
     crate::store::SharedStore,
     Arc<crate::rules::Registry>,
 )> {
+    let (config, store) = open_store(flags).await?;
+    let engine = crate::rules::RuleEngine::new(config.limits.clone())?;
+    let cache = config.data_dir.join("cache");
+    let engine = match std::fs::create_dir_all(&cache) {
+        Ok(()) => engine.with_cache(&cache)?,
+        Err(_) => engine,
+    };
+    Ok((config, store, Arc::new(crate::rules::Registry::new(Arc::new(engine)))))
+}
+
+/// The store `gavel serve` uses, as `flags` name it; never a new, empty
+/// SQLite database made by mistake.
+pub(super) async fn open_store(
+    flags: &StoreFlags,
+) -> anyhow::Result<(crate::config::Config, crate::store::SharedStore)> {
     let config = flags.config()?;
-    // Never create an empty database by mistake: a backtest of nothing.
     let url = config.database_url();
     if let Some(path) = url.strip_prefix("sqlite://").and_then(|p| p.split('?').next()) {
         anyhow::ensure!(
@@ -134,13 +148,7 @@ async fn open(
         ..config.store_options()
     })
     .await?;
-    let engine = crate::rules::RuleEngine::new(config.limits.clone())?;
-    let cache = config.data_dir.join("cache");
-    let engine = match std::fs::create_dir_all(&cache) {
-        Ok(()) => engine.with_cache(&cache)?,
-        Err(_) => engine,
-    };
-    Ok((config, store, Arc::new(crate::rules::Registry::new(Arc::new(engine)))))
+    Ok((config, store))
 }
 
 async fn prepare(registry: &Arc<crate::rules::Registry>, file: &Path) -> anyhow::Result<Candidate> {

@@ -1,5 +1,6 @@
 //! The `gavel` command line.
 
+mod export;
 mod history;
 mod plugin;
 mod scaffold;
@@ -52,6 +53,9 @@ pub enum Command {
     /// Every stored evaluation of one item, what each plugin decided, and
     /// what a candidate decides on the same snapshot now.
     Replay(history::ReplayArgs),
+    /// Write decisions, transitions, items or authors to NDJSON, CSV or
+    /// Parquet for a warehouse (reads the store; writes nothing to it).
+    Export(export::ExportArgs),
     /// Evaluations that failed in the host past their retry budget.
     DeadLetters {
         #[command(subcommand)]
@@ -143,6 +147,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plugin(cmd) => plugin::run(cmd),
         Command::Backtest(args) => tokio::runtime::Runtime::new()?.block_on(history::backtest(args)),
         Command::Replay(args) => tokio::runtime::Runtime::new()?.block_on(history::replay(args)),
+        Command::Export(args) => tokio::runtime::Runtime::new()?.block_on(export::export(args)),
         Command::DeadLetters { command, flags } => {
             let config = crate::config::Config::load(&flags)?;
             tokio::runtime::Runtime::new()?.block_on(run_dead_letters(config, command))

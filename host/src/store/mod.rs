@@ -21,6 +21,7 @@
 //! - [`providers`]: hand-offs to external classifiers and their callbacks ([`Providers`]).
 //! - [`plugins`]: which code ran when, and its figures ([`PluginHistory`]).
 //! - [`history`]: the input of every evaluation, and backtest runs ([`History`]).
+//! - [`exports`]: the record in key order, for exports ([`Exports`]).
 //! - [`retention`]: what is deleted when ([`Retention`]).
 //! - [`review`]: the moderator console's sessions, review claims and reads ([`Review`]).
 //! - `shared`: the transaction helpers every capability uses (audit rows,
@@ -33,6 +34,7 @@ pub mod authors;
 mod dialect;
 pub mod evaluations;
 pub mod events;
+pub mod exports;
 mod group;
 pub mod history;
 pub mod idempotency;
@@ -51,6 +53,7 @@ pub mod submissions;
 pub use authors::*;
 pub use evaluations::*;
 pub use events::*;
+pub use exports::*;
 pub use group::{GroupCommit, WriteQueue, Writes};
 pub use history::*;
 pub use idempotency::*;
@@ -167,6 +170,7 @@ pub trait ItemStore:
     + Providers
     + PluginHistory
     + History
+    + Exports
     + Retention
     + Review
 {
@@ -185,6 +189,7 @@ impl<T> ItemStore for T where
         + Providers
         + PluginHistory
         + History
+        + Exports
         + Retention
         + Review
 {

@@ -30,6 +30,42 @@ impl PgStore {
         sqlx::migrate!("./migrations/postgres").run(&pool).await?;
         Ok(PgStore { pool })
     }
+
+    /// A log's horizon (see `super::exports`): the newest id visible now,
+    /// once every transaction that was writing when it was read has ended.
+    /// Ids come from one sequence, so any id at or below it was drawn
+    /// before the read, by a transaction that had committed (and is
+    /// visible), had rolled back, or was open then; once the open ones end,
+    /// no row at or below it can appear any more.
+    pub(crate) async fn log_horizon(&self, table: &'static str) -> StoreResult<i64> {
+        let (top, open): (i64, Vec<i64>) = sqlx::query_as(&format!(
+            "SELECT COALESCE((SELECT MAX(id) FROM {table}), 0), \
+             ARRAY(SELECT x::text::bigint FROM pg_snapshot_xip(pg_current_snapshot()) x)"
+        ))
+        .fetch_one(&self.pool)
+        .await?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut pause = Duration::from_millis(1);
+        while !open.is_empty() {
+            let running: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM unnest($1::bigint[]) x WHERE pg_xact_status(x::text::xid8) = 'in progress'",
+            )
+            .bind(&open)
+            .fetch_one(&self.pool)
+            .await?;
+            if running == 0 {
+                break;
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(StoreError::Unavailable(format!(
+                    "{running} writing transactions stayed open for 30 s; the export's horizon cannot be fixed"
+                )));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+        Ok(top)
+    }
 }
 
 impl Dialect for PgStore {
@@ -91,4 +127,5 @@ super::plugins::impl_plugin_history!(PgStore, Postgres, PgRow);
 super::retention::impl_retention!(PgStore, Postgres, PgRow);
 super::review::impl_review!(PgStore, Postgres, PgRow);
 super::history::impl_history!(PgStore, Postgres, PgRow);
+super::exports::impl_exports!(PgStore, Postgres, PgRow);
 super::authors::impl_authors!(PgStore, Postgres, PgRow);

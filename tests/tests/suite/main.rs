@@ -13,6 +13,7 @@ mod config;
 mod console;
 mod coordinator;
 mod delivery;
+mod exports;
 mod kill;
 mod metrics;
 mod providers;

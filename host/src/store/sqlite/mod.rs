@@ -350,6 +350,16 @@ fn each<W, T>(
     }
 }
 
+impl SqliteStore {
+    /// A log's horizon (see `super::exports`): its newest id. One writer
+    /// commits in id order, so a reader always sees a prefix of the ids.
+    pub(crate) async fn log_horizon(&self, table: &'static str) -> StoreResult<i64> {
+        Ok(sqlx::query_scalar(&format!("SELECT COALESCE(MAX(id), 0) FROM {table}"))
+            .fetch_one(&self.read)
+            .await?)
+    }
+}
+
 impl Dialect for SqliteStore {
     type DB = Sqlite;
     const SKIP_LOCKED: &'static str = "";
@@ -580,4 +590,5 @@ super::plugins::impl_plugin_history!(SqliteStore, Sqlite, SqliteRow);
 super::retention::impl_retention!(SqliteStore, Sqlite, SqliteRow);
 super::review::impl_review!(SqliteStore, Sqlite, SqliteRow);
 super::history::impl_history!(SqliteStore, Sqlite, SqliteRow);
+super::exports::impl_exports!(SqliteStore, Sqlite, SqliteRow);
 super::authors::impl_authors!(SqliteStore, Sqlite, SqliteRow);
