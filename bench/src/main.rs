@@ -1,4 +1,4 @@
-//! `gavel-bench`: runs B3–B13 and B16 (docs/BENCHMARKS.md), reads B1/B2 from
+//! `gavel-bench`: runs B3–B13, B15 and B16 (docs/BENCHMARKS.md), reads B1/B2 from
 //! criterion's results, prints one table and writes `bench-results.json`. Run
 //! it with `cargo xtask bench` (which builds everything in release mode and
 //! runs the criterion benchmarks first).
@@ -6,6 +6,7 @@
 mod backlog;
 mod baseline;
 mod console;
+mod exports;
 mod history;
 mod micro;
 mod replay;
@@ -119,6 +120,10 @@ fn main() -> anyhow::Result<()> {
             if wants("B16") {
                 eprintln!("B16: one item's replay over a long history…");
                 figures.extend(replay::b16(&gavel, sizes).await?);
+            }
+            if wants("B15") {
+                eprintln!("B15: exports of 1,000,000 decisions…");
+                figures.extend(exports::b15(&gavel, sizes).await?);
             }
             if wants("B12") {
                 eprintln!("B12: console pages over {} stored items…", sizes.console_items);
