@@ -232,220 +232,193 @@ pub trait Exports: Send + Sync {
     ) -> StoreResult<Vec<ExportRow>>;
 }
 
-/// Instantiates [`Exports`] for one backend (its `log_horizon` is its own).
-macro_rules! impl_exports {
-    ($store:ty, $db:ty, $row:ty) => {
-        const _: () = {
-            use sqlx::Row as _;
-            use $crate::store::exports::*;
-            use $crate::store::rows;
-            use $crate::store::*;
-
-            /// The SELECT of a table's page: its columns in
-            /// [`ExportTable::columns`] order; `$1`, `$2` the window, `$3`
-            /// the limit, then the client (if any) and the key's values.
-            fn page_sql(table: ExportTable, client: bool) -> String {
-                let k = if client { 5 } else { 4 };
-                let (select, key, time, order) = match table {
-                    ExportTable::Decisions => (
-                        "SELECT d.id, d.item_id, d.item_version, i.client, i.author, i.kind, d.plugin, \
-                         r.version AS plugin_version, r.digest AS plugin_digest, d.phase, d.verdict, d.score, \
-                         d.labels, d.reason, d.mode, d.applied, d.duration_us, d.outcome, d.error, \
-                         d.snapshot_digest, d.config_digest, d.reversed_at, d.created_at \
-                         FROM decisions d JOIN items i ON i.id = d.item_id JOIN plugin_refs r ON r.id = d.plugin_ref",
-                        format!("d.id > ${k} AND d.id <= ${}", k + 1),
-                        "d.created_at",
-                        "d.id",
-                    ),
-                    ExportTable::Transitions => (
-                        "SELECT t.id, t.item_id, i.client, i.author, i.kind, t.version, t.from_status, \
-                         t.to_status, t.cause, t.actor, t.actor_name, t.reason, t.correlation_id, t.created_at \
-                         FROM transitions t JOIN items i ON i.id = t.item_id",
-                        format!("t.id > ${k} AND t.id <= ${}", k + 1),
-                        "t.created_at",
-                        "t.id",
-                    ),
-                    ExportTable::Items => (
-                        "SELECT i.id, i.client, i.external_id, i.kind, i.author, i.status, i.version, \
-                         i.decided_by, i.sync_verdict, i.created_at, i.updated_at FROM items i",
-                        format!("i.id > ${k}"),
-                        "i.created_at",
-                        "i.id",
-                    ),
-                    ExportTable::Authors => (
-                        "SELECT i.client, i.author, i.status, i.version, i.decided_by, i.strikes, \
-                         i.first_seen, i.last_seen, i.updated_at FROM authors i",
-                        format!("(i.client > ${k} OR (i.client = ${k} AND i.author > ${}))", k + 1),
-                        "i.last_seen",
-                        "i.client, i.author",
-                    ),
-                };
-                let client = if client { " AND i.client = $4" } else { "" };
-                format!("{select} WHERE {time} >= $1 AND {time} < $2{client} AND {key} ORDER BY {order} LIMIT $3")
-            }
-
-            /// A row's cells, in [`ExportTable::columns`] order.
-            fn cells(table: ExportTable, r: &$row) -> StoreResult<ExportRow> {
-                let text = |c: &str| -> StoreResult<Cell> { Ok(Cell::Text(r.try_get::<String, _>(c)?)) };
-                let opt_text = |c: &str| -> StoreResult<Cell> {
-                    Ok(r.try_get::<Option<String>, _>(c)?.map_or(Cell::Null, Cell::Text))
-                };
-                let int = |c: &str| -> StoreResult<Cell> { Ok(Cell::Int(r.try_get::<i64, _>(c)?)) };
-                let time = |c: &str| -> StoreResult<Cell> { Ok(Cell::Time(r.try_get::<i64, _>(c)?)) };
-                Ok(match table {
-                    ExportTable::Decisions => {
-                        let mode: String = r.try_get("mode")?;
-                        let shadow = mode == "shadow";
-                        let reversed_at: Option<i64> = r.try_get("reversed_at")?;
-                        let id: i64 = r.try_get("id")?;
-                        ExportRow {
-                            key: ExportKey::Id(id),
-                            cells: vec![
-                                Cell::Int(id),
-                                text("item_id")?,
-                                int("item_version")?,
-                                text("client")?,
-                                text("author")?,
-                                text("kind")?,
-                                text("plugin")?,
-                                text("plugin_version")?,
-                                text("plugin_digest")?,
-                                text("phase")?,
-                                opt_text("verdict")?,
-                                Cell::Float(r.try_get("score")?),
-                                Cell::Labels(rows::labels(r.try_get("labels")?)?),
-                                text("reason")?,
-                                Cell::Text(mode),
-                                Cell::Bool(shadow),
-                                Cell::Bool(r.try_get("applied")?),
-                                int("duration_us")?,
-                                text("outcome")?,
-                                opt_text("error")?,
-                                opt_text("snapshot_digest")?,
-                                opt_text("config_digest")?,
-                                Cell::Bool(reversed_at.is_some()),
-                                reversed_at.map_or(Cell::Null, Cell::Time),
-                                time("created_at")?,
-                            ],
-                        }
-                    }
-                    ExportTable::Transitions => {
-                        let id: i64 = r.try_get("id")?;
-                        ExportRow {
-                            key: ExportKey::Id(id),
-                            cells: vec![
-                                Cell::Int(id),
-                                text("item_id")?,
-                                text("client")?,
-                                text("author")?,
-                                text("kind")?,
-                                int("version")?,
-                                text("from_status")?,
-                                text("to_status")?,
-                                text("cause")?,
-                                text("actor")?,
-                                opt_text("actor_name")?,
-                                text("reason")?,
-                                text("correlation_id")?,
-                                time("created_at")?,
-                            ],
-                        }
-                    }
-                    ExportTable::Items => {
-                        let id: String = r.try_get("id")?;
-                        ExportRow {
-                            key: ExportKey::Item(id.clone()),
-                            cells: vec![
-                                Cell::Text(id),
-                                text("client")?,
-                                opt_text("external_id")?,
-                                text("kind")?,
-                                text("author")?,
-                                text("status")?,
-                                int("version")?,
-                                opt_text("decided_by")?,
-                                opt_text("sync_verdict")?,
-                                time("created_at")?,
-                                time("updated_at")?,
-                            ],
-                        }
-                    }
-                    ExportTable::Authors => {
-                        let (client, author): (String, String) = (r.try_get("client")?, r.try_get("author")?);
-                        ExportRow {
-                            key: ExportKey::Author(client.clone(), author.clone()),
-                            cells: vec![
-                                Cell::Text(client),
-                                Cell::Text(author),
-                                text("status")?,
-                                int("version")?,
-                                opt_text("decided_by")?,
-                                // A sum of non-negative weights; never -0.0.
-                                Cell::Float(r.try_get::<f64, _>("strikes")?.max(0.0)),
-                                time("first_seen")?,
-                                time("last_seen")?,
-                                time("updated_at")?,
-                            ],
-                        }
-                    }
-                })
-            }
-
-            #[async_trait::async_trait]
-            impl Exports for $store {
-                async fn export_horizon(&self, table: ExportTable) -> StoreResult<i64> {
-                    match table {
-                        ExportTable::Decisions => self.log_horizon("decisions").await,
-                        ExportTable::Transitions => self.log_horizon("transitions").await,
-                        ExportTable::Items | ExportTable::Authors => Ok(0),
-                    }
-                }
-
-                async fn export_page(
-                    &self,
-                    table: ExportTable,
-                    filter: &ExportFilter,
-                    after: &ExportKey,
-                    upto: i64,
-                    limit: i64,
-                ) -> StoreResult<Vec<ExportRow>> {
-                    static SQL: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
-                        ExportTable::ALL
-                            .into_iter()
-                            .flat_map(|t| [page_sql(t, false), page_sql(t, true)])
-                            .collect()
-                    });
-                    let index = ExportTable::ALL.iter().position(|t| *t == table).expect("a table") * 2
-                        + usize::from(filter.client.is_some());
-                    let mut q = sqlx::query(SQL[index].as_str())
-                        .bind(filter.since)
-                        .bind(filter.until)
-                        .bind(limit);
-                    if let Some(client) = &filter.client {
-                        q = q.bind(client.as_str());
-                    }
-                    q = match (table, after) {
-                        (ExportTable::Decisions | ExportTable::Transitions, key) => {
-                            let id = if let ExportKey::Id(id) = key { *id } else { 0 };
-                            q.bind(id).bind(upto)
-                        }
-                        (ExportTable::Items, ExportKey::Item(id)) => q.bind(id.as_str()),
-                        // Every id sorts after the empty string.
-                        (ExportTable::Items, _) => q.bind(""),
-                        (ExportTable::Authors, ExportKey::Author(client, author)) => {
-                            q.bind(client.as_str()).bind(author.as_str())
-                        }
-                        // An author's name is never empty: ("", "") is before every author.
-                        (ExportTable::Authors, _) => q.bind("").bind(""),
-                    };
-                    q.fetch_all(self.read_pool())
-                        .await?
-                        .iter()
-                        .map(|r| cells(table, r))
-                        .collect()
-                }
-            }
-        };
-    };
+/// A row's values by position, whatever the driver read it.
+pub(crate) trait Fields {
+    fn int(&self, i: usize) -> StoreResult<i64>;
+    fn opt_int(&self, i: usize) -> StoreResult<Option<i64>>;
+    fn float(&self, i: usize) -> StoreResult<f64>;
+    fn boolean(&self, i: usize) -> StoreResult<bool>;
+    fn text(&self, i: usize) -> StoreResult<String>;
+    fn opt_text(&self, i: usize) -> StoreResult<Option<String>>;
 }
-pub(crate) use impl_exports;
+
+/// The SELECT of a table's page (one text for both dialects): its columns
+/// in the order [`row_of`] reads them; `$1`, `$2` the window, `$3` the
+/// limit, then the client (if any) and the key's values. Parameters are
+/// bound by name on SQLite, so their order of appearance does not matter.
+pub(crate) fn page_sql(table: ExportTable, client: bool) -> String {
+    let k = if client { 5 } else { 4 };
+    let (select, key, time, order) = match table {
+        ExportTable::Decisions => (
+            "SELECT d.id, d.item_id, d.item_version, i.client, i.author, i.kind, d.plugin, r.version, r.digest, \
+             d.phase, d.verdict, d.score, d.labels, d.reason, d.mode, d.applied, d.duration_us, d.outcome, \
+             d.error, d.snapshot_digest, d.config_digest, d.reversed_at, d.created_at \
+             FROM decisions d JOIN items i ON i.id = d.item_id JOIN plugin_refs r ON r.id = d.plugin_ref",
+            format!("d.id > ${k} AND d.id <= ${}", k + 1),
+            "d.created_at",
+            "d.id",
+        ),
+        ExportTable::Transitions => (
+            "SELECT t.id, t.item_id, i.client, i.author, i.kind, t.version, t.from_status, t.to_status, t.cause, \
+             t.actor, t.actor_name, t.reason, t.correlation_id, t.created_at \
+             FROM transitions t JOIN items i ON i.id = t.item_id",
+            format!("t.id > ${k} AND t.id <= ${}", k + 1),
+            "t.created_at",
+            "t.id",
+        ),
+        ExportTable::Items => (
+            "SELECT i.id, i.client, i.external_id, i.kind, i.author, i.status, i.version, i.decided_by, \
+             i.sync_verdict, i.created_at, i.updated_at FROM items i",
+            format!("i.id > ${k}"),
+            "i.created_at",
+            "i.id",
+        ),
+        ExportTable::Authors => (
+            "SELECT i.client, i.author, i.status, i.version, i.decided_by, i.strikes, i.first_seen, i.last_seen, \
+             i.updated_at FROM authors i",
+            format!("(i.client > ${k} OR (i.client = ${k} AND i.author > ${}))", k + 1),
+            "i.last_seen",
+            "i.client, i.author",
+        ),
+    };
+    let client = if client { " AND i.client = $4" } else { "" };
+    format!("{select} WHERE {time} >= $1 AND {time} < $2{client} AND {key} ORDER BY {order} LIMIT $3")
+}
+
+/// [`page_sql`] of each table, with and without a client, built once.
+pub(crate) fn sql_for(table: ExportTable, client: bool) -> &'static str {
+    static SQL: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+        ExportTable::ALL
+            .into_iter()
+            .flat_map(|t| [page_sql(t, false), page_sql(t, true)])
+            .collect()
+    });
+    let index = ExportTable::ALL.iter().position(|t| *t == table).expect("a table") * 2 + usize::from(client);
+    SQL[index].as_str()
+}
+
+/// The key's values a page starts behind, as [`page_sql`] numbers them:
+/// a log's id and horizon, an item's id, an author's client and name.
+pub(crate) enum KeyValues<'a> {
+    Log(i64, i64),
+    Item(&'a str),
+    Author(&'a str, &'a str),
+}
+
+pub(crate) fn key_values<'a>(table: ExportTable, after: &'a ExportKey, upto: i64) -> KeyValues<'a> {
+    match (table, after) {
+        (ExportTable::Decisions | ExportTable::Transitions, ExportKey::Id(id)) => KeyValues::Log(*id, upto),
+        (ExportTable::Decisions | ExportTable::Transitions, _) => KeyValues::Log(0, upto),
+        (ExportTable::Items, ExportKey::Item(id)) => KeyValues::Item(id),
+        // Every id sorts after the empty string.
+        (ExportTable::Items, _) => KeyValues::Item(""),
+        (ExportTable::Authors, ExportKey::Author(client, author)) => KeyValues::Author(client, author),
+        // An author's name is never empty: ("", "") is before every author.
+        (ExportTable::Authors, _) => KeyValues::Author("", ""),
+    }
+}
+
+/// A row of [`page_sql`]'s SELECT as the export's cells.
+pub(crate) fn row_of(table: ExportTable, f: &dyn Fields) -> StoreResult<ExportRow> {
+    let text = |i| f.text(i).map(Cell::Text);
+    let opt_text = |i| f.opt_text(i).map(|v| v.map_or(Cell::Null, Cell::Text));
+    let int = |i| f.int(i).map(Cell::Int);
+    let time = |i| f.int(i).map(Cell::Time);
+    Ok(match table {
+        ExportTable::Decisions => {
+            let id = f.int(0)?;
+            let mode = f.text(14)?;
+            let shadow = mode == "shadow";
+            let reversed_at = f.opt_int(21)?;
+            ExportRow {
+                key: ExportKey::Id(id),
+                cells: vec![
+                    Cell::Int(id),
+                    text(1)?,
+                    int(2)?,
+                    text(3)?,
+                    text(4)?,
+                    text(5)?,
+                    text(6)?,
+                    text(7)?,
+                    text(8)?,
+                    text(9)?,
+                    opt_text(10)?,
+                    Cell::Float(f.float(11)?),
+                    Cell::Labels(super::rows::labels(&f.text(12)?)?),
+                    text(13)?,
+                    Cell::Text(mode),
+                    Cell::Bool(shadow),
+                    Cell::Bool(f.boolean(15)?),
+                    int(16)?,
+                    text(17)?,
+                    opt_text(18)?,
+                    opt_text(19)?,
+                    opt_text(20)?,
+                    Cell::Bool(reversed_at.is_some()),
+                    reversed_at.map_or(Cell::Null, Cell::Time),
+                    time(22)?,
+                ],
+            }
+        }
+        ExportTable::Transitions => {
+            let id = f.int(0)?;
+            ExportRow {
+                key: ExportKey::Id(id),
+                cells: vec![
+                    Cell::Int(id),
+                    text(1)?,
+                    text(2)?,
+                    text(3)?,
+                    text(4)?,
+                    int(5)?,
+                    text(6)?,
+                    text(7)?,
+                    text(8)?,
+                    text(9)?,
+                    opt_text(10)?,
+                    text(11)?,
+                    text(12)?,
+                    time(13)?,
+                ],
+            }
+        }
+        ExportTable::Items => {
+            let id = f.text(0)?;
+            ExportRow {
+                key: ExportKey::Item(id.clone()),
+                cells: vec![
+                    Cell::Text(id),
+                    text(1)?,
+                    opt_text(2)?,
+                    text(3)?,
+                    text(4)?,
+                    text(5)?,
+                    int(6)?,
+                    opt_text(7)?,
+                    opt_text(8)?,
+                    time(9)?,
+                    time(10)?,
+                ],
+            }
+        }
+        ExportTable::Authors => {
+            let (client, author) = (f.text(0)?, f.text(1)?);
+            ExportRow {
+                key: ExportKey::Author(client.clone(), author.clone()),
+                cells: vec![
+                    Cell::Text(client),
+                    Cell::Text(author),
+                    text(2)?,
+                    int(3)?,
+                    opt_text(4)?,
+                    // A sum of non-negative weights; never -0.0.
+                    Cell::Float(f.float(5)?.max(0.0)),
+                    time(6)?,
+                    time(7)?,
+                    time(8)?,
+                ],
+            }
+        }
+    })
+}

@@ -127,5 +127,67 @@ super::plugins::impl_plugin_history!(PgStore, Postgres, PgRow);
 super::retention::impl_retention!(PgStore, Postgres, PgRow);
 super::review::impl_review!(PgStore, Postgres, PgRow);
 super::history::impl_history!(PgStore, Postgres, PgRow);
-super::exports::impl_exports!(PgStore, Postgres, PgRow);
+
+/// A PostgreSQL row's values by position.
+struct PgFields<'r>(&'r PgRow);
+
+impl super::exports::Fields for PgFields<'_> {
+    fn int(&self, i: usize) -> StoreResult<i64> {
+        Ok(sqlx::Row::try_get(self.0, i)?)
+    }
+    fn opt_int(&self, i: usize) -> StoreResult<Option<i64>> {
+        Ok(sqlx::Row::try_get(self.0, i)?)
+    }
+    fn float(&self, i: usize) -> StoreResult<f64> {
+        Ok(sqlx::Row::try_get(self.0, i)?)
+    }
+    fn boolean(&self, i: usize) -> StoreResult<bool> {
+        Ok(sqlx::Row::try_get(self.0, i)?)
+    }
+    fn text(&self, i: usize) -> StoreResult<String> {
+        Ok(sqlx::Row::try_get(self.0, i)?)
+    }
+    fn opt_text(&self, i: usize) -> StoreResult<Option<String>> {
+        Ok(sqlx::Row::try_get(self.0, i)?)
+    }
+}
+
+#[async_trait::async_trait]
+impl super::Exports for PgStore {
+    async fn export_horizon(&self, table: super::ExportTable) -> StoreResult<i64> {
+        match table {
+            super::ExportTable::Decisions => self.log_horizon("decisions").await,
+            super::ExportTable::Transitions => self.log_horizon("transitions").await,
+            super::ExportTable::Items | super::ExportTable::Authors => Ok(0),
+        }
+    }
+
+    async fn export_page(
+        &self,
+        table: super::ExportTable,
+        filter: &super::ExportFilter,
+        after: &super::ExportKey,
+        upto: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<super::ExportRow>> {
+        use super::exports::{KeyValues, key_values, row_of, sql_for};
+        let mut q = sqlx::query(sql_for(table, filter.client.is_some()))
+            .bind(filter.since)
+            .bind(filter.until)
+            .bind(limit);
+        if let Some(client) = &filter.client {
+            q = q.bind(client.as_str());
+        }
+        q = match key_values(table, after, upto) {
+            KeyValues::Log(id, upto) => q.bind(id).bind(upto),
+            KeyValues::Item(id) => q.bind(id),
+            KeyValues::Author(client, author) => q.bind(client).bind(author),
+        };
+        q.fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|r| row_of(table, &PgFields(r)))
+            .collect()
+    }
+}
 super::authors::impl_authors!(PgStore, Postgres, PgRow);

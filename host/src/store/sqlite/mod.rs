@@ -590,5 +590,81 @@ super::plugins::impl_plugin_history!(SqliteStore, Sqlite, SqliteRow);
 super::retention::impl_retention!(SqliteStore, Sqlite, SqliteRow);
 super::review::impl_review!(SqliteStore, Sqlite, SqliteRow);
 super::history::impl_history!(SqliteStore, Sqlite, SqliteRow);
-super::exports::impl_exports!(SqliteStore, Sqlite, SqliteRow);
+
+/// A SQLite row's values by position.
+struct SqliteFields<'r, 's>(&'r rusqlite::Row<'s>);
+
+impl super::exports::Fields for SqliteFields<'_, '_> {
+    fn int(&self, i: usize) -> StoreResult<i64> {
+        Ok(self.0.get(i)?)
+    }
+    fn opt_int(&self, i: usize) -> StoreResult<Option<i64>> {
+        Ok(self.0.get(i)?)
+    }
+    fn float(&self, i: usize) -> StoreResult<f64> {
+        Ok(self.0.get(i)?)
+    }
+    fn boolean(&self, i: usize) -> StoreResult<bool> {
+        Ok(self.0.get(i)?)
+    }
+    fn text(&self, i: usize) -> StoreResult<String> {
+        Ok(self.0.get(i)?)
+    }
+    fn opt_text(&self, i: usize) -> StoreResult<Option<String>> {
+        Ok(self.0.get(i)?)
+    }
+}
+
+/// Exports read pages on a read-only connection of their own, off the
+/// runtime: rows come straight from SQLite, not one message each.
+#[async_trait::async_trait]
+impl super::Exports for SqliteStore {
+    async fn export_horizon(&self, table: super::ExportTable) -> StoreResult<i64> {
+        match table {
+            super::ExportTable::Decisions => self.log_horizon("decisions").await,
+            super::ExportTable::Transitions => self.log_horizon("transitions").await,
+            super::ExportTable::Items | super::ExportTable::Authors => Ok(0),
+        }
+    }
+
+    async fn export_page(
+        &self,
+        table: super::ExportTable,
+        filter: &super::ExportFilter,
+        after: &super::ExportKey,
+        upto: i64,
+        limit: i64,
+    ) -> StoreResult<Vec<super::ExportRow>> {
+        use super::exports::{KeyValues, key_values, row_of, sql_for};
+        let (path, filter, after) = (self.path.clone(), filter.clone(), after.clone());
+        let read = move || -> StoreResult<Vec<super::ExportRow>> {
+            let conn = reader_connection(&path).map_err(|e| StoreError::Unavailable(e.to_string()))?;
+            let mut stmt = conn.prepare(sql_for(table, filter.client.is_some()))?;
+            let k = if filter.client.is_some() { 5 } else { 4 };
+            let (first, second) = (format!("${k}"), format!("${}", k + 1));
+            let mut params: Vec<(&str, &dyn rusqlite::ToSql)> =
+                vec![("$1", &filter.since), ("$2", &filter.until), ("$3", &limit)];
+            if let Some(client) = &filter.client {
+                params.push(("$4", client));
+            }
+            let keys = key_values(table, &after, upto);
+            match &keys {
+                KeyValues::Log(id, upto) => params.extend([(first.as_str(), id as _), (second.as_str(), upto as _)]),
+                KeyValues::Item(id) => params.push((first.as_str(), id)),
+                KeyValues::Author(client, author) => {
+                    params.extend([(first.as_str(), client as _), (second.as_str(), author as _)])
+                }
+            }
+            let mut rows = stmt.query(params.as_slice())?;
+            let mut page = Vec::with_capacity(limit.clamp(0, 10_000) as usize);
+            while let Some(r) = rows.next()? {
+                page.push(row_of(table, &SqliteFields(r))?);
+            }
+            Ok(page)
+        };
+        tokio::task::spawn_blocking(read)
+            .await
+            .map_err(|e| StoreError::Database(format!("export read: {e}")))?
+    }
+}
 super::authors::impl_authors!(SqliteStore, Sqlite, SqliteRow);
