@@ -106,6 +106,9 @@ pub async fn b15(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> 
     let out = dir.path().join("export");
     // The last tenth of the window: the same export over a tenth of the rows.
     let tenth = vec!["--since".to_string(), (start_ms + evaluations as i64 * 9 / 10).to_string()];
+    // No row at all: what opening the store costs the process.
+    let none = vec!["--since".to_string(), (gavel::clock::now_ms() + 86_400_000).to_string()];
+    let empty = export(gavel_bin, &config, "ndjson", &out, &none)?;
     let mut figures = Vec::new();
     for (format, goal) in [("ndjson", Some(200_000.0)), ("parquet", Some(100_000.0)), ("csv", None)] {
         let all = export(gavel_bin, &config, format, &out, &[])?;
@@ -113,13 +116,15 @@ pub async fn b15(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> 
         let part = export(gavel_bin, &config, format, &out, &tenth)?;
         let rate = all.rows as f64 / all.wall;
         let mut figure = Figure::new("B15", format!("export decisions to {format}"), rate, "rows/s").note(format!(
-            "{} rows in {:.2} s ({:.2} µs CPU/row), {size:.0} MiB; peak RSS {:.0} MiB, {:.0} MiB for {} rows",
+            "{} rows in {:.2} s ({:.2} µs CPU/row), {size:.0} MiB; peak RSS {:.0} MiB, {:.0} MiB for {} rows, \
+             {:.0} MiB for none (the open store)",
             all.rows,
             all.wall,
             all.cpu / all.rows as f64 * 1e6,
             all.peak_mib,
             part.peak_mib,
-            part.rows
+            part.rows,
+            empty.peak_mib
         ));
         if let Some(goal) = goal {
             figure = figure.goal(format!("≥ {goal:.0} rows/s"), rate >= goal);
