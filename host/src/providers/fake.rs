@@ -151,8 +151,19 @@ pub async fn send_callback(
 ) -> reqwest::Result<reqwest::StatusCode> {
     let body = serde_json::to_vec(callback).expect("a callback serializes");
     let id = crate::signing::message_id(&callback.event_id);
-    let timestamp = crate::signing::now_secs();
-    let signature = crate::signing::sign(std::slice::from_ref(secret), &id, timestamp, &body);
+    send_signed(http, url, secret, &id, crate::signing::now_secs(), body).await
+}
+
+/// POSTs raw `body` as message `id`, signed with `secret` at `timestamp` (seconds).
+pub async fn send_signed(
+    http: &reqwest::Client,
+    url: &str,
+    secret: &crate::signing::Secret,
+    id: &str,
+    timestamp: i64,
+    body: Vec<u8>,
+) -> reqwest::Result<reqwest::StatusCode> {
+    let signature = crate::signing::sign(std::slice::from_ref(secret), id, timestamp, &body);
     Ok(http
         .post(url)
         .header(reqwest::header::CONTENT_TYPE, "application/json")

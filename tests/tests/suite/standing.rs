@@ -52,6 +52,7 @@ async fn server(setup: Setup, receiver: &Receiver, policy: impl FnOnce(&mut Stan
             WebhookConfig {
                 url,
                 secret: SECRET.into(),
+                secrets_file: None,
                 statuses: vec![],
                 kinds: vec![],
                 start: Default::default(),
