@@ -129,7 +129,10 @@ async fn a_stock_receiver_verifies_every_delivery_across_retries_and_rotation(se
         assert!(id.starts_with("msg_") && !id.contains('.') && !id.contains(':'), "{id}");
         let events: HashSet<&str> = tries.iter().filter_map(|r| r["event_id"].as_str()).collect();
         assert!(events.len() <= 1, "{id} carried {events:?}");
-        assert!(tries.len() >= 2, "every message was retried: {tries:?}");
+        // Before the removal every first attempt was answered 500.
+        if tries[0]["at"].as_f64().unwrap() < removed_at {
+            assert!(tries.len() >= 2, "every message was retried: {tries:?}");
+        }
         assert!(tries.iter().all(|r| r["legacy"] != true), "no X-Gavel-* headers when the switch is off");
     }
     let refused: Vec<&Value> = log.iter().filter(|r| r["verified"] == false).collect();
