@@ -15,7 +15,8 @@
 //!
 //! Each command installs what a fresh machine lacks or says exactly what is
 //! missing: the wasm32-wasip2 target and componentize-py (every command);
-//! Node.js and npm (all but `bench`); schemathesis and Chromium (`test`);
+//! Node.js and npm (all but `bench`); schemathesis, the Python
+//! `standardwebhooks` library and Chromium (`test`);
 //! PostgreSQL, redis-server and wrk (`test`, `bench`). Node.js, PostgreSQL,
 //! redis-server, Chromium and wrk are Debian's packages, installed when
 //! running as root.
@@ -92,6 +93,22 @@ const SCHEMATHESIS: &str = "schemathesis==4.32.5";
 
 fn ensure_schemathesis() -> anyhow::Result<()> {
     ensure_pip_tool("schemathesis", SCHEMATHESIS)
+}
+
+/// The Standard Webhooks library the suite's receiver and provider are
+/// built on (tests/standard_webhooks/peer.py), at a pinned version.
+const STANDARDWEBHOOKS: &str = "standardwebhooks==1.1.0";
+
+/// Installs [`STANDARDWEBHOOKS`] with pip unless python3 already imports that version.
+fn ensure_standardwebhooks() -> anyhow::Result<()> {
+    let (name, wanted) = STANDARDWEBHOOKS.split_once("==").expect("a pinned `name==version`");
+    let check = format!("import importlib.metadata as m, {name}; print(m.version('{name}'))");
+    let installed = || output(Command::new("python3").args(["-c", &check])).is_some_and(|v| v.trim() == wanted);
+    if !installed() {
+        sh(Command::new("python3").args(["-m", "pip", "install", "--quiet", STANDARDWEBHOOKS]))?;
+    }
+    anyhow::ensure!(installed(), "python3 cannot import {STANDARDWEBHOOKS} after installing it");
+    Ok(())
 }
 
 /// Installs `spec` (`name==version`) with pip unless `command --version`
@@ -245,6 +262,7 @@ fn test(root: &Path) -> anyhow::Result<()> {
     ensure_componentize_py()?;
     ensure_node()?;
     ensure_schemathesis()?;
+    ensure_standardwebhooks()?;
     ensure_postgres()?;
     ensure_redis()?;
     // The console's browser test drives it (and runs `npm ci` for
