@@ -116,7 +116,12 @@ pub fn sign(secrets: &[Secret], id: &str, timestamp: i64, body: &[u8]) -> String
     let timestamp = timestamp.to_string();
     secrets
         .iter()
-        .map(|s| format!("v1,{}", BASE64.encode(s.standard_mac(id, &timestamp, body).finalize().into_bytes())))
+        .map(|s| {
+            format!(
+                "v1,{}",
+                BASE64.encode(s.standard_mac(id, &timestamp, body).finalize().into_bytes())
+            )
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -226,7 +231,13 @@ mod tests {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
     }
 
-    fn check(secrets: &[Secret], legacy: bool, h: &HashMap<String, String>, body: &[u8], now: i64) -> Result<Scheme, SignatureError> {
+    fn check(
+        secrets: &[Secret],
+        legacy: bool,
+        h: &HashMap<String, String>,
+        body: &[u8],
+        now: i64,
+    ) -> Result<Scheme, SignatureError> {
         verify(secrets, legacy, |n| h.get(n).map(String::as_str), body, now)
     }
 
@@ -235,7 +246,12 @@ mod tests {
     fn the_specification_example_verifies() {
         let key = secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw");
         let body = br#"{"test": 2432232314}"#;
-        let sig = sign(std::slice::from_ref(&key), "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body);
+        let sig = sign(
+            std::slice::from_ref(&key),
+            "msg_p5jXN8AQM9LWM0D4loKWxJek",
+            1614265330,
+            body,
+        );
         assert_eq!(sig, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
     }
 
@@ -248,20 +264,40 @@ mod tests {
             headers(&[(ID_HEADER, id), (TIMESTAMP_HEADER, ts), (SIGNATURE_HEADER, sig)])
         };
         let now = 1_700_000_010;
-        assert_eq!(check(&keys, false, &h("msg_1", "1700000000", &sig), body, now), Ok(Scheme::Standard));
+        assert_eq!(
+            check(&keys, false, &h("msg_1", "1700000000", &sig), body, now),
+            Ok(Scheme::Standard)
+        );
         for (what, headers, body) in [
             ("body", h("msg_1", "1700000000", &sig), &br#"{"event_id":"e2"}"#[..]),
             ("id", h("msg_2", "1700000000", &sig), &body[..]),
             ("timestamp", h("msg_1", "1700000001", &sig), &body[..]),
             ("garbage", h("msg_1", "1700000000", "v1,zz"), &body[..]),
-            ("other version", h("msg_1", "1700000000", &sig.replace("v1,", "v2,")), &body[..]),
+            (
+                "other version",
+                h("msg_1", "1700000000", &sig.replace("v1,", "v2,")),
+                &body[..],
+            ),
         ] {
-            assert_eq!(check(&keys, false, &headers, body, now), Err(SignatureError::Mismatch), "{what}");
+            assert_eq!(
+                check(&keys, false, &headers, body, now),
+                Err(SignatureError::Mismatch),
+                "{what}"
+            );
         }
         let wrong = [secret("whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")];
-        assert_eq!(check(&wrong, false, &h("msg_1", "1700000000", &sig), body, now), Err(SignatureError::Mismatch));
         assert_eq!(
-            check(&keys, false, &headers(&[(ID_HEADER, "msg_1"), (SIGNATURE_HEADER, &sig)]), body, now),
+            check(&wrong, false, &h("msg_1", "1700000000", &sig), body, now),
+            Err(SignatureError::Mismatch)
+        );
+        assert_eq!(
+            check(
+                &keys,
+                false,
+                &headers(&[(ID_HEADER, "msg_1"), (SIGNATURE_HEADER, &sig)]),
+                body,
+                now
+            ),
             Err(SignatureError::Missing)
         );
     }
@@ -272,11 +308,25 @@ mod tests {
         let body = b"{}";
         let both = sign(&[old.clone(), new.clone()], "msg_1", 1_000, body);
         assert_eq!(both.split(' ').count(), 2);
-        let h = headers(&[(ID_HEADER, "msg_1"), (TIMESTAMP_HEADER, "1000"), (SIGNATURE_HEADER, &both)]);
-        assert_eq!(check(std::slice::from_ref(&old), false, &h, body, 1_000), Ok(Scheme::Standard));
-        assert_eq!(check(std::slice::from_ref(&new), false, &h, body, 1_000), Ok(Scheme::Standard));
+        let h = headers(&[
+            (ID_HEADER, "msg_1"),
+            (TIMESTAMP_HEADER, "1000"),
+            (SIGNATURE_HEADER, &both),
+        ]);
+        assert_eq!(
+            check(std::slice::from_ref(&old), false, &h, body, 1_000),
+            Ok(Scheme::Standard)
+        );
+        assert_eq!(
+            check(std::slice::from_ref(&new), false, &h, body, 1_000),
+            Ok(Scheme::Standard)
+        );
         let only_new = sign(std::slice::from_ref(&new), "msg_1", 1_000, body);
-        let h = headers(&[(ID_HEADER, "msg_1"), (TIMESTAMP_HEADER, "1000"), (SIGNATURE_HEADER, &only_new)]);
+        let h = headers(&[
+            (ID_HEADER, "msg_1"),
+            (TIMESTAMP_HEADER, "1000"),
+            (SIGNATURE_HEADER, &only_new),
+        ]);
         assert_eq!(check(&[old], false, &h, body, 1_000), Err(SignatureError::Mismatch));
     }
 
@@ -289,8 +339,14 @@ mod tests {
         let h = headers(&[(LEGACY_TIMESTAMP_HEADER, "1700000000"), (LEGACY_SIGNATURE_HEADER, &sig)]);
         let keys = [key];
         assert_eq!(check(&keys, true, &h, body, 1_700_000_010), Ok(Scheme::Legacy));
-        assert_eq!(check(&keys, false, &h, body, 1_700_000_010), Err(SignatureError::LegacyRefused));
-        assert_eq!(check(&keys, true, &h, b"{}", 1_700_000_010), Err(SignatureError::Mismatch));
+        assert_eq!(
+            check(&keys, false, &h, body, 1_700_000_010),
+            Err(SignatureError::LegacyRefused)
+        );
+        assert_eq!(
+            check(&keys, true, &h, b"{}", 1_700_000_010),
+            Err(SignatureError::Mismatch)
+        );
     }
 
     #[test]
@@ -306,10 +362,17 @@ mod tests {
         assert_eq!(at("1000", 1_000 - MAX_AGE_SECS - 1), Err(SignatureError::Expired));
         assert_eq!(at("yesterday", 1_000), Err(SignatureError::BadTimestamp));
         for hostile in [i64::MIN, i64::MAX, -1] {
-            assert_eq!(at(&hostile.to_string(), 1_700_000_000), Err(SignatureError::Expired), "{hostile}");
+            assert_eq!(
+                at(&hostile.to_string(), 1_700_000_000),
+                Err(SignatureError::Expired),
+                "{hostile}"
+            );
         }
         assert_eq!(at("1000", i64::MIN), Err(SignatureError::Expired));
-        assert_eq!(check(&keys, true, &headers(&[]), body, 1_000), Err(SignatureError::Missing));
+        assert_eq!(
+            check(&keys, true, &headers(&[]), body, 1_000),
+            Err(SignatureError::Missing)
+        );
     }
 
     #[test]

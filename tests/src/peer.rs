@@ -27,10 +27,7 @@ impl Peer {
             .expect("python3 runs (the standardwebhooks package is installed by `cargo xtask test`)");
         let stdout = child.stdout.take().unwrap();
         let mut first = String::new();
-        tokio::io::BufReader::new(stdout)
-            .read_line(&mut first)
-            .await
-            .unwrap();
+        tokio::io::BufReader::new(stdout).read_line(&mut first).await.unwrap();
         let port: u16 = first
             .trim()
             .parse()

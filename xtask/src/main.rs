@@ -107,7 +107,10 @@ fn ensure_standardwebhooks() -> anyhow::Result<()> {
     if !installed() {
         sh(Command::new("python3").args(["-m", "pip", "install", "--quiet", STANDARDWEBHOOKS]))?;
     }
-    anyhow::ensure!(installed(), "python3 cannot import {STANDARDWEBHOOKS} after installing it");
+    anyhow::ensure!(
+        installed(),
+        "python3 cannot import {STANDARDWEBHOOKS} after installing it"
+    );
     Ok(())
 }
 

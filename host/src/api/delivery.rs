@@ -134,7 +134,11 @@ pub async fn enable_endpoint(
 ) -> Result<Json<EndpointState>, ApiError> {
     super::validate::path_id("endpoint", &endpoint)?;
     let actor = format!("moderator:{}", moderator.name);
-    if !state.store.enable_endpoint(&endpoint, &actor, crate::clock::now_ms()).await? {
+    if !state
+        .store
+        .enable_endpoint(&endpoint, &actor, crate::clock::now_ms())
+        .await?
+    {
         return Err(ApiError::not_found("disabled webhook endpoint"));
     }
     tracing::info!(%endpoint, %actor, "webhook endpoint enabled again");

@@ -541,7 +541,8 @@ impl Config {
                 "configuration: {what} gives both secret and secrets_file; keep one"
             );
             if !secret.is_empty() {
-                crate::signing::Secret::parse(secret).map_err(|e| anyhow::anyhow!("configuration: {what}.secret: {e}"))?;
+                crate::signing::Secret::parse(secret)
+                    .map_err(|e| anyhow::anyhow!("configuration: {what}.secret: {e}"))?;
             }
         }
         Ok(())

@@ -252,7 +252,10 @@ pub async fn enable_endpoint(
     session.check_csrf(form.csrf())?;
     let actor = format!("moderator:{}", session.moderator);
     if !state.store.enable_endpoint(&endpoint, &actor, now_ms()).await? {
-        return Err(PageError::new(StatusCode::NOT_FOUND, "No disabled webhook endpoint has this name."));
+        return Err(PageError::new(
+            StatusCode::NOT_FOUND,
+            "No disabled webhook endpoint has this name.",
+        ));
     }
     tracing::info!(%endpoint, %actor, "webhook endpoint enabled again");
     Ok(layout::see_other("/console/operations"))

@@ -129,9 +129,7 @@ async fn classify(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
                 reason: shared.options.reason.clone(),
             };
             for _ in 0..shared.options.copies.max(1) {
-                match send_callback(&shared.http, &request.callback_url, &secret, &answer)
-                .await
-                {
+                match send_callback(&shared.http, &request.callback_url, &secret, &answer).await {
                     Ok(status) => tracing::info!(event_id = %answer.event_id, %status, "fake provider: callback sent"),
                     Err(e) => tracing::warn!(error = %e, "fake provider: callback failed"),
                 }

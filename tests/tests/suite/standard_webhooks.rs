@@ -64,10 +64,14 @@ async fn submit_settled(s: &TestServer, prefix: &str, n: usize) {
 
 /// Waits until the receiver acknowledged every event of the feed.
 async fn all_acknowledged(s: &TestServer, receiver: &Peer) {
-    eventually("every event verified and acknowledged", Duration::from_secs(30), async || {
-        let expected = event_ids(s).await;
-        acknowledged(&receiver.log().await).is_superset(&expected)
-    })
+    eventually(
+        "every event verified and acknowledged",
+        Duration::from_secs(30),
+        async || {
+            let expected = event_ids(s).await;
+            acknowledged(&receiver.log().await).is_superset(&expected)
+        },
+    )
     .await;
 }
 
@@ -111,9 +115,11 @@ async fn a_stock_receiver_verifies_every_delivery_across_retries_and_rotation(se
     receiver.control(json!({"secret": a, "fail_first": 0})).await;
     let id = s.submit("after", "after the rotation").await;
     s.settled(&id).await;
-    eventually("a delivery signed without A is refused by A", Duration::from_secs(10), async || {
-        receiver.log().await.iter().any(|r| r["verified"] == false)
-    })
+    eventually(
+        "a delivery signed without A is refused by A",
+        Duration::from_secs(10),
+        async || receiver.log().await.iter().any(|r| r["verified"] == false),
+    )
     .await;
     receiver.control(json!({"secret": b})).await;
     all_acknowledged(&s, &receiver).await;
@@ -121,7 +127,10 @@ async fn a_stock_receiver_verifies_every_delivery_across_retries_and_rotation(se
     let log = receiver.log().await;
     let mut attempts: BTreeMap<String, Vec<&Value>> = BTreeMap::new();
     for r in &log {
-        attempts.entry(r["webhook_id"].as_str().unwrap().to_string()).or_default().push(r);
+        attempts
+            .entry(r["webhook_id"].as_str().unwrap().to_string())
+            .or_default()
+            .push(r);
     }
     let expected = event_ids(&s).await;
     assert_eq!(attempts.len(), expected.len(), "one webhook-id per event");
@@ -133,7 +142,10 @@ async fn a_stock_receiver_verifies_every_delivery_across_retries_and_rotation(se
         if tries[0]["at"].as_f64().unwrap() < removed_at {
             assert!(tries.len() >= 2, "every message was retried: {tries:?}");
         }
-        assert!(tries.iter().all(|r| r["legacy"] != true), "no X-Gavel-* headers when the switch is off");
+        assert!(
+            tries.iter().all(|r| r["legacy"] != true),
+            "no X-Gavel-* headers when the switch is off"
+        );
     }
     let refused: Vec<&Value> = log.iter().filter(|r| r["verified"] == false).collect();
     assert!(!refused.is_empty());
@@ -145,7 +157,10 @@ async fn a_stock_receiver_verifies_every_delivery_across_retries_and_rotation(se
     assert!(log.iter().any(|r| r["signatures"] == 2), "{log:?}");
     let store = s.open_store().await;
     let deliveries = store.deliveries(true, 1000).await.unwrap();
-    assert!(deliveries.iter().all(|d| d.status == DeliveryStatus::Delivered), "{deliveries:?}");
+    assert!(
+        deliveries.iter().all(|d| d.status == DeliveryStatus::Delivered),
+        "{deliveries:?}"
+    );
     s.stop().await.unwrap();
 }
 
@@ -175,14 +190,20 @@ async fn gone_disables_the_endpoint_until_it_is_enabled(setup: Setup) {
     .await;
     let endpoints = s.get_json("/v1/webhooks", &s.moderator).await;
     assert_eq!(endpoints[0]["endpoint"], "platform");
-    assert!(endpoints[0]["disabled_reason"].as_str().unwrap().contains("410"), "{endpoints}");
+    assert!(
+        endpoints[0]["disabled_reason"].as_str().unwrap().contains("410"),
+        "{endpoints}"
+    );
     // No more requests while disabled; nothing is dead-lettered.
     tokio::time::sleep(Duration::from_millis(800)).await;
     let requests = receiver.log().await.len();
     assert_eq!(requests, 1, "one 410 and nothing after");
     let store = s.open_store().await;
     let deliveries = store.deliveries(true, 1000).await.unwrap();
-    assert!(deliveries.iter().all(|d| d.status == DeliveryStatus::Pending), "{deliveries:?}");
+    assert!(
+        deliveries.iter().all(|d| d.status == DeliveryStatus::Pending),
+        "{deliveries:?}"
+    );
     assert_eq!(endpoints[0]["pending"].as_u64().unwrap() as usize, deliveries.len());
     assert!(
         s.metrics.encode().contains("gavel_webhook_endpoints_disabled_total 1"),
@@ -208,11 +229,19 @@ async fn gone_disables_the_endpoint_until_it_is_enabled(setup: Setup) {
     let r = s.post("/v1/webhooks/nobody/enable", &s.moderator).send().await.unwrap();
     assert_eq!(r.status(), 404);
     receiver.control(json!({"status": 0})).await;
-    let r = s.post("/v1/webhooks/platform/enable", &s.moderator).send().await.unwrap();
+    let r = s
+        .post("/v1/webhooks/platform/enable", &s.moderator)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     let enabled: Value = r.json().await.unwrap();
     assert!(enabled["disabled_at"].is_null(), "{enabled}");
-    let again = s.post("/v1/webhooks/platform/enable", &s.moderator).send().await.unwrap();
+    let again = s
+        .post("/v1/webhooks/platform/enable", &s.moderator)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(again.status(), 404, "already enabled");
     all_acknowledged(&s, &receiver).await;
     eventually("every delivery delivered", Duration::from_secs(10), async || {
@@ -245,7 +274,8 @@ async fn retry_after_is_honoured(setup: Setup) {
         .await;
     let s = TestServer::start_with(setup, |c| {
         c.webhooks.insert("throttled".into(), endpoint(&throttled.url, &file));
-        c.webhooks.insert("unavailable".into(), endpoint(&unavailable.url, &file));
+        c.webhooks
+            .insert("unavailable".into(), endpoint(&unavailable.url, &file));
         c.delivery.retry_base_ms = 10;
         c.delivery.retry_max_ms = 50;
         c.delivery.poll_interval_ms = 20;
@@ -303,10 +333,16 @@ async fn stock_library_provider_callbacks_apply_and_bad_ones_are_refused(setup: 
     let item = s.wait_for(&id, |i| i["status"] == "rejected").await;
     assert_eq!(item["provider_callbacks"][0]["outcome"], "applied", "{item}");
     let log = provider.log().await;
-    assert!(log.iter().any(|r| r["request_key"].is_string() && r["verified"] == true), "{log:?}");
+    assert!(
+        log.iter()
+            .any(|r| r["request_key"].is_string() && r["verified"] == true),
+        "{log:?}"
+    );
 
     // An item waiting on a provider that now answers nothing by itself.
-    provider.control(json!({"secret": p, "sign_secret": "whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"})).await;
+    provider
+        .control(json!({"secret": p, "sign_secret": "whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"}))
+        .await;
     let id = s.submit_with("pictures", "another picture", media(2)).await;
     let item = s
         .wait_for(&id, |i| {
@@ -333,14 +369,34 @@ async fn stock_library_provider_callbacks_apply_and_bad_ones_are_refused(setup: 
     };
     let now = gavel::signing::now_secs();
     // The provider's own answer, signed with a secret gavel does not have, was refused.
-    eventually("the wrongly signed callback to be refused", Duration::from_secs(10), async || {
-        provider.log().await.iter().any(|r| r["callback_for"] == key.as_str() && r["status"] == 401)
-    })
+    eventually(
+        "the wrongly signed callback to be refused",
+        Duration::from_secs(10),
+        async || {
+            provider
+                .log()
+                .await
+                .iter()
+                .any(|r| r["callback_for"] == key.as_str() && r["status"] == 401)
+        },
+    )
     .await;
     let tampered = body("tampered").replace("\"reject\"", "\"allow\"");
-    assert_eq!(send(&p, now, &body("tampered"), &tampered).await.status(), 401, "tampered body");
-    assert_eq!(send(&p, now - 600, &body("stale"), &body("stale")).await.status(), 401, "stale timestamp");
-    assert_eq!(send(&q, now, &body("wrong"), &body("wrong")).await.status(), 401, "wrong secret");
+    assert_eq!(
+        send(&p, now, &body("tampered"), &tampered).await.status(),
+        401,
+        "tampered body"
+    );
+    assert_eq!(
+        send(&p, now - 600, &body("stale"), &body("stale")).await.status(),
+        401,
+        "stale timestamp"
+    );
+    assert_eq!(
+        send(&q, now, &body("wrong"), &body("wrong")).await.status(),
+        401,
+        "wrong secret"
+    );
     let refused = send(&q, now, &body("wrong"), &body("wrong")).await;
     let error: Value = refused.json().await.unwrap();
     assert_eq!(error["error"]["code"], "bad_signature");
@@ -349,7 +405,11 @@ async fn stock_library_provider_callbacks_apply_and_bad_ones_are_refused(setup: 
     tokio::time::sleep(RELOAD).await;
     write_secrets(&file, &[&q]);
     tokio::time::sleep(RELOAD).await;
-    assert_eq!(send(&p, now, &body("removed"), &body("removed")).await.status(), 401, "removed secret");
+    assert_eq!(
+        send(&p, now, &body("removed"), &body("removed")).await.status(),
+        401,
+        "removed secret"
+    );
     // The legacy headers, signed with a removed secret, are refused too.
     let legacy = |secret: &str, event: &str| {
         let key = Secret::parse(secret).unwrap();
