@@ -13,11 +13,19 @@
 //! Transport is at least once (a process killed mid-send leaves the
 //! delivery to be retried when its lease ends); receivers deduplicate on
 //! `event_id`.
+//!
+//! Every delivery is signed per Standard Webhooks (see `signing.rs`) with
+//! every secret of its endpoint, as message `msg_` + a hash of its event id,
+//! the same on every retry. A receiver answering `410 Gone` disables its
+//! endpoint (stored, so every process stops; deliveries wait until
+//! `POST /v1/webhooks/{endpoint}/enable`); `429`/`503` with `Retry-After`
+//! are retried no earlier than asked.
 
 use crate::clock::now_ms;
 use crate::config::{DeliveryConfig, WebhookConfig};
 use crate::metrics::{Metrics, ResultLabel};
-use crate::outbound::SignedClient;
+use crate::outbound::{Failure, Message, SignedClient, Signing};
+use crate::secrets::Keyring;
 use crate::store::{ClaimedDelivery, EndpointFilter, Outbox};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,7 +34,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-/// Headers of every delivery besides the signature's.
+/// Headers sent besides the signature's while `legacy_headers` is on.
 pub const EVENT_ID_HEADER: &str = "x-gavel-event-id";
 pub const ATTEMPT_HEADER: &str = "x-gavel-delivery-attempt";
 
@@ -39,17 +47,33 @@ pub struct Dispatcher {
     endpoints: BTreeMap<String, WebhookConfig>,
     filters: Vec<EndpointFilter>,
     config: DeliveryConfig,
+    keyring: Arc<Keyring>,
+    /// Also send the `X-Gavel-*` headers (the migration window).
+    legacy_headers: bool,
     http: SignedClient,
     metrics: Arc<Metrics>,
 }
 
+/// The parts a [`Dispatcher`] is made of.
+pub struct DispatcherParts {
+    pub store: Arc<dyn Outbox>,
+    pub endpoints: BTreeMap<String, WebhookConfig>,
+    pub config: DeliveryConfig,
+    pub keyring: Arc<Keyring>,
+    pub legacy_headers: bool,
+    pub metrics: Arc<Metrics>,
+}
+
 impl Dispatcher {
-    pub fn new(
-        store: Arc<dyn Outbox>,
-        endpoints: BTreeMap<String, WebhookConfig>,
-        config: DeliveryConfig,
-        metrics: Arc<Metrics>,
-    ) -> anyhow::Result<Self> {
+    pub fn new(parts: DispatcherParts) -> anyhow::Result<Self> {
+        let DispatcherParts {
+            store,
+            endpoints,
+            config,
+            keyring,
+            legacy_headers,
+            metrics,
+        } = parts;
         let filters = endpoints
             .iter()
             .map(|(name, w)| EndpointFilter {
@@ -64,6 +88,8 @@ impl Dispatcher {
             endpoints,
             filters,
             config,
+            keyring,
+            legacy_headers,
             http,
             metrics,
         })
@@ -170,22 +196,18 @@ impl Dispatcher {
         let now = now_ms();
         let (label, stored) = match result {
             Ok(()) => ("delivered", self.store.delivery_succeeded(d.id, now).await),
-            Err(error) => {
+            Err(failure) if failure.gone => ("gone", self.disable(d, &failure, now).await),
+            Err(failure) => {
                 let dead = d.attempts >= i64::from(self.config.max_attempts);
-                let retry_at = (!dead).then(|| {
-                    now + crate::retry::backoff_ms(
-                        d.attempts as u32,
-                        self.config.retry_base_ms as i64,
-                        self.config.retry_max_ms as i64,
-                    )
-                });
+                let retry_at = (!dead).then(|| now + self.retry_in_ms(d, &failure));
+                let error = &failure.reason;
                 if dead {
-                    tracing::error!(error = %error, "delivery dead-lettered; replay it once the endpoint works");
+                    tracing::error!(%error, "delivery dead-lettered; replay it once the endpoint works");
                 } else {
-                    tracing::warn!(error = %error, "delivery failed; retrying");
+                    tracing::warn!(%error, retry_in_ms = retry_at.unwrap_or(now) - now, "delivery failed; retrying");
                 }
                 let label = if dead { "dead" } else { "retry" };
-                (label, self.store.delivery_failed(d.id, &error, retry_at).await)
+                (label, self.store.delivery_failed(d.id, error, retry_at).await)
             }
         };
         self.metrics
@@ -198,15 +220,58 @@ impl Dispatcher {
         }
     }
 
-    async fn post(&self, endpoint: &WebhookConfig, d: &ClaimedDelivery) -> Result<(), String> {
+    /// The wait before the next attempt: today's backoff, or the
+    /// receiver's `Retry-After` when that is longer.
+    fn retry_in_ms(&self, d: &ClaimedDelivery, failure: &Failure) -> i64 {
+        let backoff = crate::retry::backoff_ms(
+            d.attempts as u32,
+            self.config.retry_base_ms as i64,
+            self.config.retry_max_ms as i64,
+        );
+        let asked = failure.retry_after.map_or(0, |wait| wait.as_millis() as i64);
+        backoff.max(asked)
+    }
+
+    /// A `410 Gone`: the endpoint is disabled for every process; the
+    /// delivery waits with the others until it is enabled again.
+    async fn disable(&self, d: &ClaimedDelivery, failure: &Failure, now: i64) -> crate::store::StoreResult<()> {
+        let reason = format!("{}: the receiver asked for no more deliveries", failure.reason);
+        let disabled = self.store.disable_endpoint(&d.endpoint, d.id, &reason, now).await?;
+        if disabled {
+            self.metrics.webhook_endpoints_disabled.inc();
+            tracing::error!(
+                endpoint = %d.endpoint,
+                "webhook endpoint answered 410 Gone and is disabled; its deliveries wait until \
+                 POST /v1/webhooks/{}/enable (or the console's operations page)",
+                d.endpoint
+            );
+        }
+        Ok(())
+    }
+
+    async fn post(&self, endpoint: &WebhookConfig, d: &ClaimedDelivery) -> Result<(), Failure> {
+        let secrets = self
+            .keyring
+            .webhook(&d.endpoint)
+            .expect("every configured endpoint has its secrets");
         let body = serde_json::to_vec(&d.change).expect("a change serializes");
+        let id = crate::signing::message_id(&d.change.event_id);
         let attempt = d.attempts.to_string();
-        let headers = [
+        let legacy = [
             (EVENT_ID_HEADER, d.change.event_id.as_str()),
             (ATTEMPT_HEADER, attempt.as_str()),
         ];
-        self.http
-            .post(&endpoint.url, endpoint.secret.as_bytes(), body, &headers, None)
-            .await
+        let headers: &[(&str, &str)] = if self.legacy_headers { &legacy } else { &[] };
+        let signing = Signing {
+            secrets: &secrets,
+            legacy: self.legacy_headers,
+        };
+        let message = Message {
+            id: &id,
+            body,
+            headers,
+            timeout: None,
+        };
+        self.http.post(&endpoint.url, signing, message).await
     }
 }

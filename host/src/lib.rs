@@ -18,7 +18,8 @@
 //!
 //! Rooms, each with one job (arrows only point down this list):
 //!
-//! - [`signing`]: the HMAC signature scheme, both ways.
+//! - [`signing`]: the signature scheme (Standard Webhooks), both ways.
+//! - [`secrets`]: every endpoint's signing secrets, rotated without a restart.
 //! - [`outbound`]: signed HTTP POSTs (webhooks, provider requests).
 //! - [`metrics`]: what `/metrics` exports.
 //! - [`coordinator`]: the debounce queue and leases (embedded or Redis).
@@ -55,6 +56,7 @@ pub mod outbound;
 pub mod providers;
 pub mod retry;
 pub mod rules;
+pub mod secrets;
 pub mod signing;
 pub mod store;
 pub mod telemetry;
@@ -91,6 +93,8 @@ pub async fn serve_with_metrics(
     // console sessions, search across clients) reads this set.
     config.tokens = config::resolve_tokens(&config.tokens, &config.data_dir)?;
     let config = Arc::new(config);
+    // Every webhook endpoint's and provider's secrets (generated on first start when none is configured).
+    let keyring = Arc::new(secrets::Keyring::load(&config)?);
     let store = store::open(&config.store_options()).await?;
     let engine = Arc::new(rules::RuleEngine::new(config.limits.clone())?.with_cache(&config.data_dir.join("cache"))?);
     let pool = Arc::new(rules::EvaluationPool::new(config.evaluation.threads)?);
@@ -122,9 +126,15 @@ pub async fn serve_with_metrics(
         metrics: metrics.clone(),
     });
     tasks.spawn(worker.clone().sample_queue(cancel.clone()));
-    let dispatcher = register_webhooks(&config, &store, &metrics).await?;
+    let dispatcher = register_webhooks(&config, &store, &keyring, &metrics).await?;
     if config.role.evaluates() {
-        start_evaluating(&mut tasks, &config, &store, &worker, dispatcher, &metrics, &cancel).await?;
+        let shared = Shared {
+            config: &config,
+            store: &store,
+            keyring: &keyring,
+            metrics: &metrics,
+        };
+        start_evaluating(&mut tasks, shared, &worker, dispatcher, &cancel).await?;
     }
 
     let state = api::AppState::new(api::StateParts {
@@ -136,6 +146,7 @@ pub async fn serve_with_metrics(
         scheduler,
         metrics: metrics.clone(),
         tokens: api::Tokens::new(&config.tokens),
+        keyring,
     });
     let app = if config.role.serves_api() {
         tasks.spawn(forget_idle_authors(state.author_limiter.clone(), cancel.clone()));
@@ -208,40 +219,56 @@ async fn load_plugins(
 async fn register_webhooks(
     config: &config::Config,
     store: &store::SharedStore,
+    keyring: &Arc<secrets::Keyring>,
     metrics: &Arc<metrics::Metrics>,
 ) -> anyhow::Result<delivery::Dispatcher> {
-    let dispatcher = delivery::Dispatcher::new(
-        store.clone(),
-        config.webhooks.clone(),
-        config.delivery.clone(),
-        metrics.clone(),
-    )?;
+    let dispatcher = delivery::Dispatcher::new(delivery::DispatcherParts {
+        store: store.clone(),
+        endpoints: config.webhooks.clone(),
+        config: config.delivery.clone(),
+        keyring: keyring.clone(),
+        legacy_headers: config.legacy_headers,
+        metrics: metrics.clone(),
+    })?;
     dispatcher.register().await?;
     Ok(dispatcher)
+}
+
+/// What every background task of a process shares.
+struct Shared<'a> {
+    config: &'a config::Config,
+    store: &'a store::SharedStore,
+    keyring: &'a Arc<secrets::Keyring>,
+    metrics: &'a Arc<metrics::Metrics>,
 }
 
 /// Starts the tasks of a node that evaluates, side by side: claiming and
 /// reconciling evaluations, webhook delivery, provider requests, retention.
 async fn start_evaluating(
     tasks: &mut tokio::task::JoinSet<()>,
-    config: &config::Config,
-    store: &store::SharedStore,
+    Shared {
+        config,
+        store,
+        keyring,
+        metrics,
+    }: Shared<'_>,
     worker: &Arc<worker::Worker>,
     dispatcher: delivery::Dispatcher,
-    metrics: &Arc<metrics::Metrics>,
     cancel: &CancellationToken,
 ) -> anyhow::Result<()> {
     tasks.spawn(worker.clone().claim_loop(cancel.clone()));
     tasks.spawn(worker.clone().reconcile_loop(cancel.clone()));
     tasks.spawn(Arc::new(dispatcher).run(cancel.clone()));
-    let requester = providers::Requester::new(
-        store.clone(),
-        config.providers.clone(),
-        config.public_url(),
-        metrics.clone(),
+    let requester = providers::Requester::new(providers::RequesterParts {
+        store: store.clone(),
+        providers: config.providers.clone(),
+        public_url: config.public_url(),
+        keyring: keyring.clone(),
+        legacy_headers: config.legacy_headers,
+        metrics: metrics.clone(),
         // Provider deadlines and retries are seconds apart: a tenth of a second is plenty.
-        Duration::from_millis(100),
-    )?;
+        poll: Duration::from_millis(100),
+    })?;
     tasks.spawn(Arc::new(requester).run(cancel.clone()));
     tasks.spawn(fail_stale_backtests(store.clone(), cancel.clone()));
     if config.retention.enabled {

@@ -156,8 +156,10 @@ metrics! {
     plugin_quarantines: Counter => "plugin_quarantines", "Plugins quarantined by their circuit breaker";
     /// Quarantined plugins a probe found healthy again.
     plugin_recoveries: Counter => "plugin_recoveries", "Quarantined plugins that recovered";
-    /// Webhook delivery attempts by result: delivered, retry, dead.
+    /// Webhook delivery attempts by result: delivered, retry, dead, gone.
     deliveries: Family<ResultLabel, Counter> => "deliveries", "Webhook delivery attempts by result";
+    /// Webhook endpoints disabled because their receiver answered `410 Gone`.
+    webhook_endpoints_disabled: Counter => "webhook_endpoints_disabled", "Webhook endpoints disabled by a 410 Gone answer";
     /// Deliveries claimed in the last round.
     deliveries_pending: Gauge => "deliveries_pending", "Deliveries claimed in the last round";
     /// Provider requests sent, by result: accepted, retry.

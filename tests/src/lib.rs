@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub mod history;
+pub mod peer;
 pub mod receiver;
 
 pub mod server;

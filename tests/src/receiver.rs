@@ -1,4 +1,5 @@
-//! A webhook receiver for the delivery tests: verifies gavel's signature,
+//! A webhook receiver for the delivery tests: verifies gavel's signature
+//! (the Standard Webhooks headers, with gavel's own verifier),
 //! and can fail, hang, answer a fixed status, or be slow, on demand.
 //! It records what it accepted (answered 2xx), in arrival order.
 
@@ -101,10 +102,11 @@ async fn hook(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes
 
 async fn answer(shared: &Shared, headers: &HeaderMap, body: &Bytes) -> StatusCode {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let secret = gavel::signing::Secret::parse(&shared.secret).expect("a valid secret");
     if gavel::signing::verify(
-        shared.secret.as_bytes(),
-        header(gavel::signing::TIMESTAMP_HEADER),
-        header(gavel::signing::SIGNATURE_HEADER),
+        std::slice::from_ref(&secret),
+        false,
+        header,
         body,
         gavel::signing::now_secs(),
     )
@@ -134,7 +136,7 @@ async fn answer(shared: &Shared, headers: &HeaderMap, body: &Bytes) -> StatusCod
     let Ok(change) = serde_json::from_slice::<Change>(body) else {
         return StatusCode::BAD_REQUEST;
     };
-    if header(gavel::delivery::EVENT_ID_HEADER) != Some(change.event_id.as_str()) {
+    if header(gavel::signing::ID_HEADER) != Some(gavel::signing::message_id(&change.event_id).as_str()) {
         return StatusCode::BAD_REQUEST;
     }
     shared.accepted.lock().unwrap().push(change);

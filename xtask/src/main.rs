@@ -15,8 +15,8 @@
 //!
 //! Each command installs what a fresh machine lacks or says exactly what is
 //! missing: the wasm32-wasip2 target and componentize-py (every command);
-//! Node.js and npm (all but `bench`); schemathesis, DuckDB's Python client and
-//! Chromium (`test`);
+//! Node.js and npm (all but `bench`); schemathesis, DuckDB's Python client,
+//! the Python `standardwebhooks` library and Chromium (`test`);
 //! PostgreSQL, redis-server and wrk (`test`, `bench`). Node.js, PostgreSQL,
 //! redis-server, Chromium and wrk are Debian's packages, installed when
 //! running as root.
@@ -99,11 +99,15 @@ fn ensure_schemathesis() -> anyhow::Result<()> {
 /// (tests/tests/suite/exports.rs): a reader no one here wrote.
 const DUCKDB: &str = "duckdb==1.4.2";
 
+/// The Standard Webhooks library the suite's receiver and provider are
+/// built on (tests/standard_webhooks/peer.py).
+const STANDARDWEBHOOKS: &str = "standardwebhooks==1.1.0";
+
 /// Installs `spec` (`name==version`), a Python library, with pip unless
-/// `import name` already reports that version.
+/// python3 already imports that version.
 fn ensure_python_library(spec: &str) -> anyhow::Result<()> {
     let (name, wanted) = spec.split_once("==").expect("a pinned `name==version`");
-    let check = format!("import {name}; print({name}.__version__)");
+    let check = format!("import importlib.metadata as m, {name}; print(m.version('{name}'))");
     let has = || output(Command::new("python3").args(["-c", &check])).is_some_and(|v| v.trim() == wanted);
     if !has() {
         sh(Command::new("python3").args(["-m", "pip", "install", "--quiet", spec]))?;
@@ -264,6 +268,7 @@ fn test(root: &Path) -> anyhow::Result<()> {
     ensure_node()?;
     ensure_schemathesis()?;
     ensure_python_library(DUCKDB)?;
+    ensure_python_library(STANDARDWEBHOOKS)?;
     ensure_postgres()?;
     ensure_redis()?;
     // The console's browser test drives it (and runs `npm ci` for

@@ -1,11 +1,12 @@
-//! How a platform learns outcomes: `GET /v1/changes` (pull), and the
-//! webhook deliveries' dead letters (`GET /v1/deliveries`, replay).
+//! How a platform learns outcomes: `GET /v1/changes` (pull), the webhook
+//! deliveries' dead letters (`GET /v1/deliveries`, replay), and the
+//! endpoints a `410 Gone` disabled (`GET /v1/webhooks`, enable).
 
 use super::AppState;
 use super::auth::{Caller, Moderator};
 use super::error::{ApiError, ErrorBody, Json, Path, Query};
 use crate::config::Role;
-use crate::store::{Change, ChangeCursor, DeliveryRecord};
+use crate::store::{Change, ChangeCursor, DeliveryRecord, EndpointState};
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -101,4 +102,50 @@ pub async fn replay_delivery(
         return Err(ApiError::not_found("dead delivery"));
     }
     Ok(StatusCode::ACCEPTED)
+}
+
+/// Every webhook endpoint: enabled, or disabled since its receiver answered
+/// `410 Gone` (its deliveries wait, counted in `pending`).
+#[utoipa::path(
+    get, path = "/v1/webhooks", tag = "moderator",
+    responses((status = 200, body = Vec<EndpointState>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn webhook_endpoints(
+    State(state): State<AppState>,
+    Moderator(_moderator): Moderator,
+) -> Result<Json<Vec<EndpointState>>, ApiError> {
+    Ok(Json(state.store.webhook_endpoints().await?))
+}
+
+/// Enable an endpoint a `410 Gone` disabled: its waiting deliveries are sent
+/// (oldest first per item, as ever). 404 if it is not disabled.
+#[utoipa::path(
+    post, path = "/v1/webhooks/{endpoint}/enable", tag = "moderator",
+    params(("endpoint" = String, Path)),
+    responses((status = 200, body = EndpointState), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)),
+    security(("bearer" = []))
+)]
+pub async fn enable_endpoint(
+    State(state): State<AppState>,
+    Moderator(moderator): Moderator,
+    Path(endpoint): Path<String>,
+) -> Result<Json<EndpointState>, ApiError> {
+    super::validate::path_id("endpoint", &endpoint)?;
+    let actor = format!("moderator:{}", moderator.name);
+    if !state
+        .store
+        .enable_endpoint(&endpoint, &actor, crate::clock::now_ms())
+        .await?
+    {
+        return Err(ApiError::not_found("disabled webhook endpoint"));
+    }
+    tracing::info!(%endpoint, %actor, "webhook endpoint enabled again");
+    let endpoints = state.store.webhook_endpoints().await?;
+    let enabled = endpoints
+        .into_iter()
+        .find(|e| e.endpoint == endpoint)
+        .ok_or_else(|| ApiError::not_found("webhook endpoint"))?;
+    Ok(Json(enabled))
 }

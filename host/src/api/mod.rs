@@ -71,6 +71,8 @@ pub struct AppState {
     pub(crate) backtests: Arc<backtests::Runner>,
     /// `config.standing`, shared with every submission's write.
     pub standing: Arc<crate::domain::standing::StandingPolicy>,
+    /// The providers' secrets that verify their callbacks.
+    pub keyring: Arc<crate::secrets::Keyring>,
 }
 
 /// The parts an [`AppState`] is made of.
@@ -83,6 +85,7 @@ pub struct StateParts {
     pub scheduler: Scheduler,
     pub metrics: Arc<Metrics>,
     pub tokens: Tokens,
+    pub keyring: Arc<crate::secrets::Keyring>,
 }
 
 impl AppState {
@@ -106,6 +109,7 @@ impl AppState {
             scheduler: p.scheduler,
             metrics: p.metrics,
             tokens: Arc::new(p.tokens),
+            keyring: p.keyring,
             backtests: Arc::new(backtests::Runner::default()),
         }
     }
@@ -209,6 +213,13 @@ fn routes() -> Routes {
         Moderator,
         post(delivery::replay_delivery),
     )
+    .add(Method::GET, "/v1/webhooks", Moderator, get(delivery::webhook_endpoints))
+    .add(
+        Method::POST,
+        "/v1/webhooks/{endpoint}/enable",
+        Moderator,
+        post(delivery::enable_endpoint),
+    )
     .add(
         Method::POST,
         "/v1/provider-callbacks/{provider}",
@@ -262,7 +273,8 @@ pub fn route_table() -> Vec<RouteInfo> {
         submit::submit, submit::submit_batch, items::get_item, items::delete_item, events::append_event, events::append_batch,
         moderation::moderate, moderation::review_queue, moderation::evaluate_now,
         moderation::dead_letters, moderation::replay_dead_letter, authors::get_author, authors::moderate_author,
-        delivery::changes, delivery::deliveries, delivery::replay_delivery, providers::callback,
+        delivery::changes, delivery::deliveries, delivery::replay_delivery, delivery::webhook_endpoints,
+        delivery::enable_endpoint, providers::callback,
         backtests::replay_item, backtests::start, backtests::list, backtests::get_one, backtests::cancel,
         backtests::report_html, exports::export,
         system::plugins, system::plugin_history, system::healthz, system::readyz, system::metrics, system::openapi,
@@ -273,7 +285,7 @@ pub fn route_table() -> Vec<RouteInfo> {
         (name = "items", description = "Client routes: submit content and events, read items"),
         (name = "authors", description = "Authors' account standing: a client reads its own authors"),
         (name = "moderator", description = "Routes that need a moderator token"),
-        (name = "providers", description = "Callbacks of external classifiers, signed with HMAC-SHA256"),
+        (name = "providers", description = "Callbacks of external classifiers, signed per Standard Webhooks (HMAC-SHA256)"),
         (name = "system", description = "Health and documentation, no token"),
     )
 )]

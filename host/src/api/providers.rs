@@ -30,17 +30,23 @@ pub struct CallbackResponse {
     pub detail: Option<String>,
 }
 
-/// A provider's signed answer. `X-Gavel-Timestamp: SECONDS` and
-/// `X-Gavel-Signature: sha256=HEX` (HMAC-SHA256 of `TIMESTAMP.BODY` with the
-/// provider's secret). 200 applied or duplicate, 202 stale (recorded, not
-/// applied), 401 bad or old signature, 404 unknown provider, item or request.
+/// A provider's signed answer, per Standard Webhooks: `webhook-id`,
+/// `webhook-timestamp: SECONDS` and `webhook-signature: v1,BASE64` (HMAC-SHA256
+/// of `ID.TIMESTAMP.BODY`; any of the provider's secrets). During the
+/// migration window (`legacy_headers`), `X-Gavel-Timestamp` and
+/// `X-Gavel-Signature: sha256=HEX` over `TIMESTAMP.BODY` are accepted too.
+/// 200 applied or duplicate, 202 stale (recorded, not applied), 401 bad or
+/// old signature, 404 unknown provider, item or request.
 #[utoipa::path(
     post, path = "/v1/provider-callbacks/{provider}", tag = "providers",
     request_body = Callback,
     params(
         ("provider" = String, Path),
-        ("X-Gavel-Timestamp" = String, Header, description = "Unix seconds; at most 5 minutes old"),
-        ("X-Gavel-Signature" = String, Header, description = "sha256=HEX over TIMESTAMP.BODY"),
+        ("webhook-id" = Option<String>, Header, description = "The message's id (Standard Webhooks)"),
+        ("webhook-timestamp" = Option<String>, Header, description = "Unix seconds; at most 5 minutes old"),
+        ("webhook-signature" = Option<String>, Header, description = "v1,BASE64 over ID.TIMESTAMP.BODY; several space-separated"),
+        ("X-Gavel-Timestamp" = Option<String>, Header, description = "Legacy (migration window): Unix seconds"),
+        ("X-Gavel-Signature" = Option<String>, Header, description = "Legacy (migration window): sha256=HEX over TIMESTAMP.BODY"),
     ),
     responses(
         (status = 200, body = CallbackResponse), (status = 202, body = CallbackResponse),
@@ -61,14 +67,18 @@ pub async fn callback(
             .inc();
     };
     validate::path_id("provider", &provider)?;
-    let Some(config) = state.config.providers.get(&provider) else {
+    if !state.config.providers.contains_key(&provider) {
         return Err(ApiError::not_found("provider"));
-    };
+    }
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let secrets = state
+        .keyring
+        .provider(&provider)
+        .expect("every configured provider has its secrets");
     if let Err(e) = crate::signing::verify(
-        config.secret.as_bytes(),
-        header(crate::signing::TIMESTAMP_HEADER),
-        header(crate::signing::SIGNATURE_HEADER),
+        &secrets,
+        state.config.legacy_headers,
+        header,
         &body,
         crate::signing::now_secs(),
     ) {

@@ -70,6 +70,9 @@ pub enum Command {
         #[command(flatten)]
         flags: crate::config::ServeFlags,
     },
+    /// Print a new signing secret (`whsec_` + 32 random bytes, base64) to
+    /// add to a secrets file when rotating.
+    Secret,
     /// Tools for development and demos.
     #[command(subcommand)]
     Dev(DevCommand),
@@ -84,6 +87,11 @@ pub enum DeliveryCommand {
     },
     /// Send a dead delivery again (the running gavel's dispatcher picks it up).
     Replay { id: i64 },
+    /// List webhook endpoints: enabled, or disabled by a 410 Gone answer.
+    Endpoints,
+    /// Enable an endpoint its receiver disabled with 410 Gone (its waiting
+    /// deliveries are sent by the running gavel).
+    Enable { endpoint: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -93,7 +101,8 @@ pub enum DevCommand {
     FakeProvider {
         #[arg(long, default_value = "127.0.0.1:9090")]
         listen: std::net::SocketAddr,
-        /// The provider's shared secret (as in `[providers.NAME] secret`).
+        /// The provider's shared secret (as in `[providers.NAME] secret`,
+        /// `whsec_…` or a legacy raw secret).
         #[arg(long, env = "GAVEL_FAKE_PROVIDER_SECRET")]
         secret: String,
         /// The verdict of every answer: allow, flag, hold or reject.
@@ -155,6 +164,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Deliveries { command, flags } => {
             let config = crate::config::Config::load(&flags)?;
             tokio::runtime::Runtime::new()?.block_on(run_deliveries(config, command))
+        }
+        Command::Secret => {
+            println!("{}", crate::signing::Secret::generate());
+            Ok(ExitCode::SUCCESS)
         }
         Command::Dev(DevCommand::FakeProvider {
             listen,
@@ -226,6 +239,25 @@ async fn run_deliveries(config: crate::config::Config, cmd: DeliveryCommand) -> 
                 Ok(ExitCode::SUCCESS)
             } else {
                 eprintln!("no dead delivery {id}");
+                Ok(ExitCode::FAILURE)
+            }
+        }
+        DeliveryCommand::Endpoints => {
+            for e in store.webhook_endpoints().await? {
+                let state = match (&e.disabled_at, &e.disabled_reason) {
+                    (Some(at), reason) => format!("disabled at {at} ({})", reason.as_deref().unwrap_or("")),
+                    (None, _) => "enabled".to_string(),
+                };
+                println!("{}	{state}	pending={}", e.endpoint, e.pending);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        DeliveryCommand::Enable { endpoint } => {
+            if store.enable_endpoint(&endpoint, "cli", crate::clock::now_ms()).await? {
+                println!("endpoint {endpoint} is enabled again");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                eprintln!("no disabled endpoint {endpoint}");
                 Ok(ExitCode::FAILURE)
             }
         }

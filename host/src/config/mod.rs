@@ -62,6 +62,11 @@ pub struct Config {
     pub webhooks: BTreeMap<String, WebhookConfig>,
     /// Retries and timeouts of webhook deliveries.
     pub delivery: DeliveryConfig,
+    /// The migration window of the signature headers: also send gavel's
+    /// former `X-Gavel-*` headers on webhooks and provider requests, and
+    /// accept them on provider callbacks (README, "Migrating to Standard
+    /// Webhooks"). `false` sends and accepts only the `webhook-*` headers.
+    pub legacy_headers: bool,
     /// The URL providers reach this deployment at (for `callback_url` in
     /// provider requests); default `http://LISTEN`.
     pub public_url: Option<String>,
@@ -82,9 +87,16 @@ pub struct Config {
 pub struct ProviderConfig {
     /// Where requests are POSTed.
     pub url: String,
-    /// Shared secret: signs requests to the provider and verifies its
-    /// callbacks (HMAC-SHA256 over `timestamp.body`).
+    /// Shared secret (`whsec_…`, or a legacy raw secret of at least 16
+    /// bytes): signs requests to the provider and verifies its callbacks
+    /// (Standard Webhooks, see `signing.rs`). Leave it out to use
+    /// `secrets_file`, which can hold several and is rotated without a restart.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub secret: String,
+    /// A file of secrets, one per line, read again when it changes
+    /// (default `DATA_DIR/secrets/providers.NAME`, generated on first start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets_file: Option<PathBuf>,
     /// Per HTTP request.
     #[serde(default = "ProviderConfig::default_request_timeout_ms")]
     pub request_timeout_ms: u64,
@@ -119,8 +131,17 @@ impl ProviderConfig {
 #[serde(deny_unknown_fields)]
 pub struct WebhookConfig {
     pub url: String,
-    /// Signs every delivery (HMAC-SHA256 over `timestamp.body`).
+    /// Signs every delivery (`whsec_…`, or a legacy raw secret of at
+    /// least 16 bytes; Standard Webhooks, see `signing.rs`). Leave it out
+    /// to use `secrets_file`, which can hold several and is rotated without
+    /// a restart.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub secret: String,
+    /// A file of secrets, one per line, every one signing, read again when
+    /// it changes (default `DATA_DIR/secrets/webhooks.NAME`, generated on
+    /// first start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secrets_file: Option<PathBuf>,
     /// Only transitions into these statuses (empty: all).
     #[serde(default)]
     pub statuses: Vec<crate::domain::ItemStatus>,
@@ -209,6 +230,7 @@ impl Default for Config {
             providers: BTreeMap::new(),
             webhooks: BTreeMap::new(),
             delivery: DeliveryConfig::default(),
+            legacy_headers: true,
             public_url: None,
             shutdown_grace_ms: 30_000,
             retention: crate::store::RetentionPolicy::default(),
@@ -495,11 +517,11 @@ impl Config {
         let endpoints = self
             .providers
             .iter()
-            .map(|(n, p)| (format!("providers.{n}"), &p.url, &p.secret))
+            .map(|(n, p)| (format!("providers.{n}"), &p.url, &p.secret, &p.secrets_file))
             .chain(
                 self.webhooks
                     .iter()
-                    .map(|(n, w)| (format!("webhooks.{n}"), &w.url, &w.secret)),
+                    .map(|(n, w)| (format!("webhooks.{n}"), &w.url, &w.secret, &w.secrets_file)),
             );
         anyhow::ensure!(
             self.console.claim_ttl_ms >= 120_000,
@@ -509,15 +531,19 @@ impl Config {
             self.console.session_ttl_ms >= 60_000,
             "configuration: console.session_ttl_ms must be at least 60000"
         );
-        for (what, url, secret) in endpoints {
+        for (what, url, secret, secrets_file) in endpoints {
             anyhow::ensure!(
                 url.starts_with("http://") || url.starts_with("https://"),
                 "configuration: {what}.url must be an http:// or https:// URL, got {url:?}"
             );
             anyhow::ensure!(
-                secret.len() >= 16,
-                "configuration: {what}.secret must be at least 16 bytes"
+                secret.is_empty() || secrets_file.is_none(),
+                "configuration: {what} gives both secret and secrets_file; keep one"
             );
+            if !secret.is_empty() {
+                crate::signing::Secret::parse(secret)
+                    .map_err(|e| anyhow::anyhow!("configuration: {what}.secret: {e}"))?;
+            }
         }
         Ok(())
     }

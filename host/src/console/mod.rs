@@ -47,6 +47,7 @@ pub fn router(state: AppState) -> Router {
         .route("/operations", get(pages::operations_page))
         .route("/dead-letters/{id}/replay", post(pages::replay_dead_letter))
         .route("/deliveries/{id}/replay", post(pages::replay_delivery))
+        .route("/webhooks/{endpoint}/enable", post(pages::enable_endpoint))
         .route("/search", get(pages::search_page))
         .route("/assets/console.css", get(stylesheet))
         .route("/assets/console.js", get(script))

@@ -154,17 +154,35 @@ pub async fn operations_page(State(state): State<AppState>, session: SignedIn) -
     let now = now_ms();
     let dead_letters = state.store.dead_letters(false, 200).await?;
     let deliveries = state.store.deliveries(false, 200).await?;
-    let replay = |action: String| {
+    let endpoints = state.store.webhook_endpoints().await?;
+    let button = |action: String, label: &str| {
         html! {
             form.inline method="post" action=(action) {
                 input type="hidden" name="csrf" value=(session.csrf);
-                button type="submit" { "Replay" }
+                button type="submit" { (label) }
             }
         }
     };
+    let replay = |action: String| button(action, "Replay");
     let body = html! {
         main {
             h1 { "Operations" }
+            h2 { "Webhook endpoints" }
+            p.hint { "An endpoint whose receiver answered 410 Gone is disabled: its deliveries wait. Enable sends them." }
+            table #webhook-endpoints {
+                thead { tr { th { "endpoint" } th { "state" } th { "waiting" } th { "reason" } th {} } }
+                tbody { @for e in &endpoints { tr {
+                    td { (e.endpoint) }
+                    @match e.disabled_at {
+                        Some(at) => {
+                            td.disabled { "disabled " (when(at, now)) }
+                            td { (e.pending) } td { (e.disabled_reason.as_deref().unwrap_or("")) }
+                            td { (button(format!("/console/webhooks/{}/enable", encode(&e.endpoint)), "Enable")) }
+                        }
+                        None => { td { "enabled" } td { (e.pending) } td {} td {} }
+                    }
+                } } }
+            }
             h2 { "Dead letters" }
             p.hint { "Evaluations that failed in the host past their retries. Replay judges the item again now." }
             table #dead-letters {
@@ -221,6 +239,25 @@ pub async fn replay_delivery(
     if !state.store.replay_delivery(id, now_ms()).await? {
         return Err(PageError::new(StatusCode::NOT_FOUND, "No dead delivery has this id."));
     }
+    Ok(layout::see_other("/console/operations"))
+}
+
+/// `POST /console/webhooks/{endpoint}/enable`.
+pub async fn enable_endpoint(
+    State(state): State<AppState>,
+    session: SignedIn,
+    Path(endpoint): Path<String>,
+    ConsoleForm(form): ConsoleForm<CsrfForm>,
+) -> Result<Response, PageError> {
+    session.check_csrf(form.csrf())?;
+    let actor = format!("moderator:{}", session.moderator);
+    if !state.store.enable_endpoint(&endpoint, &actor, now_ms()).await? {
+        return Err(PageError::new(
+            StatusCode::NOT_FOUND,
+            "No disabled webhook endpoint has this name.",
+        ));
+    }
+    tracing::info!(%endpoint, %actor, "webhook endpoint enabled again");
     Ok(layout::see_other("/console/operations"))
 }
 

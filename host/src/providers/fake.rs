@@ -82,10 +82,14 @@ impl Drop for FakeProvider {
 
 async fn classify(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> StatusCode {
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let Ok(secret) = crate::signing::Secret::parse(&shared.options.secret) else {
+        tracing::error!("fake provider: the secret is not valid");
+        return StatusCode::INTERNAL_SERVER_ERROR;
+    };
     if let Err(e) = crate::signing::verify(
-        shared.options.secret.as_bytes(),
-        header(crate::signing::TIMESTAMP_HEADER),
-        header(crate::signing::SIGNATURE_HEADER),
+        std::slice::from_ref(&secret),
+        true,
+        header,
         &body,
         crate::signing::now_secs(),
     ) {
@@ -125,14 +129,7 @@ async fn classify(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
                 reason: shared.options.reason.clone(),
             };
             for _ in 0..shared.options.copies.max(1) {
-                match send_callback(
-                    &shared.http,
-                    &request.callback_url,
-                    shared.options.secret.as_bytes(),
-                    &answer,
-                )
-                .await
-                {
+                match send_callback(&shared.http, &request.callback_url, &secret, &answer).await {
                     Ok(status) => tracing::info!(event_id = %answer.event_id, %status, "fake provider: callback sent"),
                     Err(e) => tracing::warn!(error = %e, "fake provider: callback failed"),
                 }
@@ -142,29 +139,33 @@ async fn classify(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: B
     StatusCode::ACCEPTED
 }
 
-/// POSTs `callback` to `url`, signed now with `secret`; returns the status.
+/// POSTs `callback` to `url`, signed now with `secret` (Standard
+/// Webhooks, the callback's event id as the message id); returns the status.
 pub async fn send_callback(
     http: &reqwest::Client,
     url: &str,
-    secret: &[u8],
+    secret: &crate::signing::Secret,
     callback: &Callback,
 ) -> reqwest::Result<reqwest::StatusCode> {
     let body = serde_json::to_vec(callback).expect("a callback serializes");
-    send_signed(http, url, secret, crate::signing::now_secs(), body).await
+    let id = crate::signing::message_id(&callback.event_id);
+    send_signed(http, url, secret, &id, crate::signing::now_secs(), body).await
 }
 
-/// POSTs raw `body` signed with `secret` at `timestamp` (seconds).
+/// POSTs raw `body` as message `id`, signed with `secret` at `timestamp` (seconds).
 pub async fn send_signed(
     http: &reqwest::Client,
     url: &str,
-    secret: &[u8],
+    secret: &crate::signing::Secret,
+    id: &str,
     timestamp: i64,
     body: Vec<u8>,
 ) -> reqwest::Result<reqwest::StatusCode> {
-    let signature = crate::signing::sign(secret, timestamp, &body);
+    let signature = crate::signing::sign(std::slice::from_ref(secret), id, timestamp, &body);
     Ok(http
         .post(url)
         .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .header(crate::signing::ID_HEADER, id)
         .header(crate::signing::TIMESTAMP_HEADER, timestamp.to_string())
         .header(crate::signing::SIGNATURE_HEADER, signature)
         .body(body)

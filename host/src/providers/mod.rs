@@ -16,7 +16,8 @@ pub mod fake;
 use crate::clock::now_ms;
 use crate::config::ProviderConfig;
 use crate::metrics::{Metrics, ResultLabel};
-use crate::outbound::SignedClient;
+use crate::outbound::{Message, SignedClient, Signing};
+use crate::secrets::Keyring;
 use crate::store::{ClaimedProviderRequest, Providers};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -35,7 +36,8 @@ pub struct ProviderRequest {
     pub kind: String,
     pub text: String,
     pub context: serde_json::Value,
-    /// Where to POST the answer (signed with the shared secret).
+    /// Where to POST the answer (signed with the shared secret, Standard
+    /// Webhooks headers).
     pub callback_url: String,
     /// After this (ms since the epoch) the answer is no longer applied.
     pub deadline_at: i64,
@@ -68,28 +70,48 @@ pub struct Requester {
     store: Arc<dyn Providers>,
     providers: BTreeMap<String, ProviderConfig>,
     public_url: String,
+    keyring: Arc<Keyring>,
+    /// Also send the `X-Gavel-*` signature headers (the migration window).
+    legacy_headers: bool,
     http: SignedClient,
     metrics: Arc<Metrics>,
     poll: Duration,
+}
+
+/// The parts a [`Requester`] is made of.
+pub struct RequesterParts {
+    pub store: Arc<dyn Providers>,
+    pub providers: BTreeMap<String, ProviderConfig>,
+    pub public_url: String,
+    pub keyring: Arc<Keyring>,
+    pub legacy_headers: bool,
+    pub metrics: Arc<Metrics>,
+    /// How often an idle requester looks for work.
+    pub poll: Duration,
 }
 
 /// Requests sent concurrently per round.
 const SEND_BATCH: i64 = 32;
 
 impl Requester {
-    pub fn new(
-        store: Arc<dyn Providers>,
-        providers: BTreeMap<String, ProviderConfig>,
-        public_url: String,
-        metrics: Arc<Metrics>,
-        poll: Duration,
-    ) -> anyhow::Result<Self> {
+    pub fn new(parts: RequesterParts) -> anyhow::Result<Self> {
+        let RequesterParts {
+            store,
+            providers,
+            public_url,
+            keyring,
+            legacy_headers,
+            metrics,
+            poll,
+        } = parts;
         let longest = providers.values().map(|p| p.request_timeout_ms).max().unwrap_or(5_000);
         let http = SignedClient::new(Duration::from_millis(longest))?;
         Ok(Requester {
             store,
             providers,
             public_url,
+            keyring,
+            legacy_headers,
             http,
             metrics,
             poll,
@@ -184,16 +206,26 @@ impl Requester {
             attempt: r.attempts,
         };
         let body = serde_json::to_vec(&body).expect("a request serializes");
+        let secrets = self
+            .keyring
+            .provider(&r.provider)
+            .expect("every configured provider has its secrets");
+        let id = crate::signing::message_id(&r.key);
+        let signing = Signing {
+            secrets: &secrets,
+            legacy: self.legacy_headers,
+        };
+        let message = Message {
+            id: &id,
+            body,
+            headers: &[("idempotency-key", r.key.as_str())],
+            timeout: Some(Duration::from_millis(provider.request_timeout_ms)),
+        };
         let result = self
             .http
-            .post(
-                &provider.url,
-                provider.secret.as_bytes(),
-                body,
-                &[("idempotency-key", r.key.as_str())],
-                Some(Duration::from_millis(provider.request_timeout_ms)),
-            )
-            .await;
+            .post(&provider.url, signing, message)
+            .await
+            .map_err(|failure| failure.reason);
         let now = now_ms();
         let stored = match result {
             Ok(()) => {

@@ -124,6 +124,18 @@ pub struct DeliveryRecord {
     pub delivered_at: Option<Millis>,
 }
 
+/// A webhook endpoint as the store knows it (every endpoint any process
+/// registered).
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct EndpointState {
+    pub endpoint: String,
+    /// When its receiver answered `410 Gone`; `null` while it is enabled.
+    pub disabled_at: Option<Millis>,
+    pub disabled_reason: Option<String>,
+    /// Its deliveries not yet delivered nor dead.
+    pub pending: i64,
+}
+
 /// The outbox, its feed and its deliveries.
 #[async_trait::async_trait]
 pub trait Outbox: Send + Sync {
@@ -157,6 +169,18 @@ pub trait Outbox: Send + Sync {
 
     /// Records a failed attempt: retried at `retry_at`, or dead when `None`.
     async fn delivery_failed(&self, id: i64, error: &str, retry_at: Option<Millis>) -> StoreResult<()>;
+
+    /// Disables `endpoint` after its receiver answered `410 Gone` to
+    /// delivery `delivery`, which waits (pending) with the others until the
+    /// endpoint is enabled again. `false` if it was already disabled.
+    async fn disable_endpoint(&self, endpoint: &str, delivery: i64, reason: &str, now: Millis) -> StoreResult<bool>;
+
+    /// Enables a disabled endpoint (its waiting deliveries are sent);
+    /// `false` if it is unknown or not disabled.
+    async fn enable_endpoint(&self, endpoint: &str, actor: &str, now: Millis) -> StoreResult<bool>;
+
+    /// Every registered endpoint, by name.
+    async fn webhook_endpoints(&self) -> StoreResult<Vec<EndpointState>>;
 
     /// Deliveries, newest first: dead ones only unless `all`.
     async fn deliveries(&self, all: bool, limit: i64) -> StoreResult<Vec<DeliveryRecord>>;
@@ -280,6 +304,29 @@ macro_rules! impl_outbox {
                 Ok(events.len())
             }
 
+            /// The audit row of an endpoint's state change.
+            async fn record_endpoint_event(
+                tx: &mut txn::Tx<'_>,
+                endpoint: &str,
+                action: &str,
+                actor: &str,
+                reason: &str,
+                now: Millis,
+            ) -> StoreResult<()> {
+                sqlx::query(
+                    "INSERT INTO webhook_endpoint_events (endpoint, action, actor, reason, created_at) \
+                     VALUES ($1, $2, $3, $4, $5)",
+                )
+                .bind(endpoint)
+                .bind(action)
+                .bind(actor)
+                .bind(reason)
+                .bind(now)
+                .execute(&mut **tx)
+                .await?;
+                Ok(())
+            }
+
             static CHANGES_ALL: LazyLock<String> = LazyLock::new(|| {
                 format!(
                     "SELECT {CHANGE_COLUMNS} FROM outbox WHERE {AFTER_CURSOR}{} ORDER BY {ORDER} LIMIT $3",
@@ -301,6 +348,8 @@ macro_rules! impl_outbox {
                     "UPDATE deliveries SET next_attempt_at = $2, attempts = attempts + 1 WHERE id IN (\
                      SELECT d.id FROM deliveries d WHERE d.status = 'pending' AND d.next_attempt_at <= $1 \
                      AND d.endpoint IN ({}) \
+                     AND NOT EXISTS (SELECT 1 FROM webhook_cursors w WHERE w.endpoint = d.endpoint \
+                     AND w.disabled_at IS NOT NULL) \
                      AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.endpoint = d.endpoint AND e.item_id = d.item_id \
                      AND e.status = 'pending' AND e.item_version < d.item_version) \
                      AND NOT EXISTS (SELECT 1 FROM outbox o JOIN webhook_cursors c ON c.endpoint = d.endpoint \
@@ -498,6 +547,76 @@ macro_rules! impl_outbox {
                         tx.commit().await?;
                         Ok(())
                     })
+                }
+
+                async fn disable_endpoint(&self, endpoint: &str, delivery: i64, reason: &str, now: Millis) -> StoreResult<bool> {
+                    retry_conflicts!(async {
+                        let mut tx = self.begin_write().await?;
+                        let disabled = sqlx::query(
+                            "UPDATE webhook_cursors SET disabled_at = $2, disabled_reason = $3 \
+                             WHERE endpoint = $1 AND disabled_at IS NULL",
+                        )
+                        .bind(endpoint)
+                        .bind(now)
+                        .bind(reason)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected()
+                            == 1;
+                        if disabled {
+                            record_endpoint_event(&mut tx, endpoint, "disabled", "receiver", reason, now).await?;
+                        }
+                        // The attempt that was answered 410 waits with the rest.
+                        sqlx::query(
+                            "UPDATE deliveries SET next_attempt_at = $2, last_error = $3 WHERE id = $1 AND status = 'pending'",
+                        )
+                        .bind(delivery)
+                        .bind(now)
+                        .bind(reason)
+                        .execute(&mut *tx)
+                        .await?;
+                        tx.commit().await?;
+                        Ok(disabled)
+                    })
+                }
+
+                async fn enable_endpoint(&self, endpoint: &str, actor: &str, now: Millis) -> StoreResult<bool> {
+                    retry_conflicts!(async {
+                        let mut tx = self.begin_write().await?;
+                        let enabled = sqlx::query(
+                            "UPDATE webhook_cursors SET disabled_at = NULL, disabled_reason = NULL \
+                             WHERE endpoint = $1 AND disabled_at IS NOT NULL",
+                        )
+                        .bind(endpoint)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected()
+                            == 1;
+                        if enabled {
+                            record_endpoint_event(&mut tx, endpoint, "enabled", actor, "", now).await?;
+                        }
+                        tx.commit().await?;
+                        Ok(enabled)
+                    })
+                }
+
+                async fn webhook_endpoints(&self) -> StoreResult<Vec<EndpointState>> {
+                    let rows = sqlx::query_as::<_, (String, Option<i64>, Option<String>, i64)>(
+                        "SELECT c.endpoint, c.disabled_at, c.disabled_reason, \
+                         (SELECT COUNT(*) FROM deliveries d WHERE d.endpoint = c.endpoint AND d.status = 'pending') \
+                         FROM webhook_cursors c ORDER BY c.endpoint",
+                    )
+                    .fetch_all(self.read_pool())
+                    .await?;
+                    Ok(rows
+                        .into_iter()
+                        .map(|(endpoint, disabled_at, disabled_reason, pending)| EndpointState {
+                            endpoint,
+                            disabled_at,
+                            disabled_reason,
+                            pending,
+                        })
+                        .collect())
                 }
 
                 async fn deliveries(&self, all: bool, limit: i64) -> StoreResult<Vec<DeliveryRecord>> {

@@ -164,6 +164,7 @@ async fn a_stricter_config_actions_only_the_expected_items(setup: Setup) {
             WebhookConfig {
                 url: receiver.url.clone(),
                 secret: SECRET.into(),
+                secrets_file: None,
                 statuses: vec![],
                 kinds: vec![],
                 start: Default::default(),

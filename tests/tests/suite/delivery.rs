@@ -24,6 +24,7 @@ fn webhook(url: &str) -> WebhookConfig {
     WebhookConfig {
         url: url.to_string(),
         secret: SECRET.into(),
+        secrets_file: None,
         statuses: vec![],
         kinds: vec![],
         start: Default::default(),
@@ -172,20 +173,20 @@ async fn every_transition_is_delivered_once_in_order(setup: Setup) {
     stop(s).await;
 }
 
-/// An unreachable endpoint and one answering 410 forever: their deliveries
+/// An unreachable endpoint and one answering 500 forever: their deliveries
 /// go dead after the configured attempts and are listed; a healthy endpoint
 /// and evaluation carry on; replaying after the fix delivers.
 async fn broken_endpoints_dead_letter_and_replay(setup: Setup) {
     let healthy = Receiver::start(SECRET, 7).await;
-    let gone = Receiver::start(SECRET, 8).await;
-    gone.behaviour.status.store(410, Ordering::Relaxed);
+    let failing = Receiver::start(SECRET, 8).await;
+    failing.behaviour.status.store(500, Ordering::Relaxed);
     // Port 1: nothing listens there (a "free" port could be taken by another
     // test's server meanwhile).
     let unreachable = "http://127.0.0.1:1/hook".to_string();
     let s = Arc::new(
         TestServer::start_with(setup, |c| {
             c.webhooks.insert("healthy".into(), webhook(&healthy.url));
-            c.webhooks.insert("gone".into(), webhook(&gone.url));
+            c.webhooks.insert("failing".into(), webhook(&failing.url));
             c.webhooks.insert("unreachable".into(), webhook(&unreachable));
             c.delivery.timeout_ms = 500;
             c.delivery.retry_base_ms = 10;
@@ -225,7 +226,7 @@ async fn broken_endpoints_dead_letter_and_replay(setup: Setup) {
         assert_eq!(d["attempts"], 3, "{d}");
         let error = d["last_error"].as_str().unwrap();
         match d["endpoint"].as_str().unwrap() {
-            "gone" => assert!(error.contains("410"), "{error}"),
+            "failing" => assert!(error.contains("500"), "{error}"),
             "unreachable" => assert!(error.contains("connect"), "{error}"),
             other => panic!("unexpected dead delivery to {other}: {d}"),
         }
@@ -234,8 +235,8 @@ async fn broken_endpoints_dead_letter_and_replay(setup: Setup) {
     let forbidden = s.get("/v1/deliveries", &s.client).send().await.unwrap();
     assert_eq!(forbidden.status(), 403);
     // The endpoint is fixed; its dead deliveries are replayed and arrive.
-    gone.behaviour.status.store(0, Ordering::Relaxed);
-    for d in dead.iter().filter(|d| d["endpoint"] == "gone") {
+    failing.behaviour.status.store(0, Ordering::Relaxed);
+    for d in dead.iter().filter(|d| d["endpoint"] == "failing") {
         let r = s
             .post(&format!("/v1/deliveries/{}/replay", d["id"]), &s.moderator)
             .send()
@@ -250,7 +251,7 @@ async fn broken_endpoints_dead_letter_and_replay(setup: Setup) {
         .unwrap();
     assert_eq!(again.status(), 404);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while gone
+    while failing
         .accepted()
         .iter()
         .map(|c| &c.event_id)

@@ -21,6 +21,7 @@ mod reload;
 mod review;
 mod rules;
 mod schema;
+mod standard_webhooks;
 mod standing;
 mod store;
 mod worker;

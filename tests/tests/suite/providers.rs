@@ -8,7 +8,8 @@
 
 use gavel::config::{Config, ProviderConfig};
 use gavel::providers::Callback;
-use gavel::providers::fake::{FakeOptions, FakeProvider, send_callback, send_signed};
+use gavel::providers::fake::{FakeOptions, FakeProvider, send_callback};
+use gavel::signing::Secret;
 use gavel_tests::Rng;
 use gavel_tests::guests;
 use gavel_tests::server::{Setup, TestServer};
@@ -18,6 +19,23 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const SECRET: &str = "provider-secret-0123456789";
+
+/// [`SECRET`] as a key.
+fn secret_key() -> Secret {
+    Secret::parse(SECRET).unwrap()
+}
+
+/// POSTs `body` signed with `secret` (Standard Webhooks headers) at `timestamp`.
+async fn send_signed(
+    http: &reqwest::Client,
+    url: &str,
+    secret: &[u8],
+    timestamp: i64,
+    body: Vec<u8>,
+) -> reqwest::Result<reqwest::StatusCode> {
+    let secret = Secret::parse(std::str::from_utf8(secret).unwrap()).unwrap();
+    gavel::providers::fake::send_signed(http, url, &secret, "msg_test", timestamp, body).await
+}
 
 fn silent() -> FakeOptions {
     FakeOptions {
@@ -44,6 +62,7 @@ async fn start(setup: Setup, options: FakeOptions, tweak: impl FnOnce(&mut Confi
             ProviderConfig {
                 url,
                 secret: SECRET.into(),
+                secrets_file: None,
                 request_timeout_ms: 1_000,
                 deadline_ms: 60_000,
                 retry_base_ms: 20,
@@ -170,7 +189,7 @@ async fn each_request_is_applied_once_and_stale_callbacks_are_recorded(setup: Se
         let mut tasks = tokio::task::JoinSet::new();
         for cb in chunk.to_vec() {
             let (http, url) = (http.clone(), url.clone());
-            tasks.spawn(async move { send_callback(&http, &url, SECRET.as_bytes(), &cb).await.unwrap() });
+            tasks.spawn(async move { send_callback(&http, &url, &secret_key(), &cb).await.unwrap() });
         }
         for status in tasks.join_all().await {
             *statuses.entry(status.as_u16()).or_default() += 1;
@@ -261,7 +280,7 @@ async fn a_moderator_decision_while_waiting_always_wins(setup: Setup) {
     let status = send_callback(
         &http,
         &callback_url(&s),
-        SECRET.as_bytes(),
+        &secret_key(),
         &callback("late-1", &key, &id, "reject"),
     )
     .await
@@ -300,7 +319,7 @@ async fn an_unanswered_request_times_out_to_review(setup: Setup) {
     let status = send_callback(
         &reqwest::Client::new(),
         &callback_url(&s),
-        SECRET.as_bytes(),
+        &secret_key(),
         &callback("too-late", &key, &id, "allow"),
     )
     .await
@@ -370,11 +389,12 @@ async fn bad_callbacks_are_refused_and_apply_nothing(setup: Setup) {
         .unwrap();
     assert_eq!(r, 401);
     // Body changed after signing.
-    let sig = gavel::signing::sign(SECRET.as_bytes(), now, &good);
+    let sig = gavel::signing::sign(&[secret_key()], "msg_test", now, &good);
     let mut tampered = good.clone();
     tampered.extend_from_slice(b" ");
     let r = http
         .post(&url)
+        .header(gavel::signing::ID_HEADER, "msg_test")
         .header(gavel::signing::TIMESTAMP_HEADER, now.to_string())
         .header(gavel::signing::SIGNATURE_HEADER, sig)
         .body(tampered)
@@ -478,7 +498,7 @@ async fn a_provider_answer_stands_until_the_content_changes(setup: Setup) {
     let status = send_callback(
         &http,
         &callback_url(&s),
-        SECRET.as_bytes(),
+        &secret_key(),
         &callback("c3-1", &key, &id, "allow"),
     )
     .await
@@ -534,7 +554,8 @@ async fn a_moderator_racing_a_callback_never_deadlocks(setup: Setup) {
             .send();
         let cb = callback(&format!("race-{round}"), &key, &id, "allow");
         let url = callback_url(&s);
-        let callback = send_callback(&http, &url, SECRET.as_bytes(), &cb);
+        let signing_key = secret_key();
+        let callback = send_callback(&http, &url, &signing_key, &cb);
         let (m, c) = tokio::join!(moderation, callback);
         let (m, c) = (m.unwrap().status().as_u16(), c.unwrap().as_u16());
         assert_eq!(m, 200, "round {round}: a manual decision always applies");
