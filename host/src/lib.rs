@@ -21,6 +21,7 @@
 //! - [`signing`]: the HMAC signature scheme, both ways.
 //! - [`outbound`]: signed HTTP POSTs (webhooks, provider requests).
 //! - [`metrics`]: what `/metrics` exports.
+//! - [`lists`]: lists moderators edit, versioned, compiled into matchers.
 //! - [`coordinator`]: the debounce queue and leases (embedded or Redis).
 //! - [`rules`]: the rule runtime — engine, loading, registry, breakers,
 //!   evaluation threads, sandboxed evaluation.
@@ -49,6 +50,7 @@ pub mod delivery;
 pub mod domain;
 pub mod fingerprint;
 pub mod judge;
+pub mod lists;
 pub mod metrics;
 pub mod outbound;
 pub mod providers;

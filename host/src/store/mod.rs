@@ -22,6 +22,7 @@
 //! - [`plugins`]: which code ran when, and its figures ([`PluginHistory`]).
 //! - [`history`]: the input of every evaluation, and backtest runs ([`History`]).
 //! - [`retention`]: what is deleted when ([`Retention`]).
+//! - [`lists`]: lists moderators edit and their versions ([`Lists`]).
 //! - [`review`]: the moderator console's sessions, review claims and reads ([`Review`]).
 //! - `shared`: the transaction helpers every capability uses (audit rows,
 //!   decisions, key completion).
@@ -37,6 +38,7 @@ mod group;
 pub mod history;
 pub mod idempotency;
 pub mod items;
+pub mod lists;
 pub mod outbox;
 pub mod plugins;
 mod postgres;
@@ -55,6 +57,7 @@ pub use group::{GroupCommit, WriteQueue, Writes};
 pub use history::*;
 pub use idempotency::*;
 pub use items::*;
+pub use lists::{ListContent, ListVersionRecord, ListWrite, Lists, NewListVersion};
 pub use outbox::*;
 pub use plugins::*;
 pub use postgres::PgStore;
@@ -169,6 +172,7 @@ pub trait ItemStore:
     + History
     + Retention
     + Review
+    + Lists
 {
 }
 
@@ -187,6 +191,7 @@ impl<T> ItemStore for T where
         + History
         + Retention
         + Review
+        + Lists
 {
 }
 

@@ -92,3 +92,4 @@ super::retention::impl_retention!(PgStore, Postgres, PgRow);
 super::review::impl_review!(PgStore, Postgres, PgRow);
 super::history::impl_history!(PgStore, Postgres, PgRow);
 super::authors::impl_authors!(PgStore, Postgres, PgRow);
+super::lists::impl_lists!(PgStore, Postgres, PgRow);

@@ -581,3 +581,4 @@ super::retention::impl_retention!(SqliteStore, Sqlite, SqliteRow);
 super::review::impl_review!(SqliteStore, Sqlite, SqliteRow);
 super::history::impl_history!(SqliteStore, Sqlite, SqliteRow);
 super::authors::impl_authors!(SqliteStore, Sqlite, SqliteRow);
+super::lists::impl_lists!(SqliteStore, Sqlite, SqliteRow);
