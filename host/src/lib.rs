@@ -128,6 +128,11 @@ pub async fn serve_with_metrics(
         start_evaluating(&mut tasks, &config, &store, &worker, dispatcher, &metrics, &cancel).await?;
     }
 
+    // Every list compiled before the first request; then kept current.
+    let lists = Arc::new(lists::ServedLists::new(config.lists.clone(), metrics.clone()));
+    lists.refresh(store.as_ref()).await?;
+    tasks.spawn(lists.clone().poll(store.clone(), cancel.clone()));
+
     let state = api::AppState::new(api::StateParts {
         config: config.clone(),
         store: store.clone(),
@@ -137,6 +142,7 @@ pub async fn serve_with_metrics(
         scheduler,
         metrics: metrics.clone(),
         tokens: api::Tokens::new(&config.tokens),
+        lists,
     });
     let app = if config.role.serves_api() {
         tasks.spawn(forget_idle_authors(state.author_limiter.clone(), cancel.clone()));

@@ -119,7 +119,7 @@ fn check_text(s: &str, max: usize) -> Result<(), String> {
 }
 
 /// One value in its kind's canonical form.
-pub(super) fn normalise(kind: ListKind, value: &str) -> Result<String, String> {
+pub fn normalise(kind: ListKind, value: &str) -> Result<String, String> {
     match kind {
         ListKind::Terms => {
             let words = fold_words(value);
@@ -244,6 +244,12 @@ mod tests {
     fn values(kind: ListKind, raw: &[&str]) -> Result<Vec<String>, EntryError> {
         let entries = raw.iter().map(|v| Entry::new(*v)).collect();
         canonical(kind, entries, &limits()).map(|e| e.into_iter().map(|e| e.value).collect())
+    }
+
+    #[test]
+    fn the_kind_check_constraint_mirrors_the_enum() {
+        let kinds: Vec<&str> = ListKind::ALL.iter().map(|k| k.as_str()).collect();
+        crate::domain::check_constraints::assert_mirrors("lists", "kind", &kinds);
     }
 
     #[test]

@@ -14,7 +14,7 @@ mod entries;
 mod matcher;
 mod served;
 
-pub use entries::{Diff, Entry, EntryError, ListKind, Renote, canonical, diff, digest};
+pub use entries::{Diff, Entry, EntryError, ListKind, Renote, canonical, diff, digest, normalise};
 pub use matcher::{CompiledList, Matcher, WrongKind};
 pub use served::{Served, ServedLists};
 
