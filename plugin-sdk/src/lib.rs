@@ -75,10 +75,10 @@ mod helpers;
 pub mod log;
 #[cfg(feature = "spec")]
 pub mod spec;
-#[cfg(feature = "text")]
-pub mod text;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
+#[cfg(feature = "text")]
+pub mod text;
 
 pub use bindings::gavel::rules::types::{
     AuthorStats, Decision, Event, Item, Level, Phase, PluginInfo, Snapshot, Standing, Verdict,

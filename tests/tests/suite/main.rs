@@ -14,6 +14,7 @@ mod console;
 mod coordinator;
 mod delivery;
 mod kill;
+mod lists;
 mod metrics;
 mod providers;
 mod reload;
