@@ -98,8 +98,8 @@ pub struct VersionsQuery {
     /// Only versions older than this one.
     #[param(minimum = 1)]
     pub before: Option<i64>,
-    /// At most this many (default 50, at most 500).
-    #[param(minimum = 1)]
+    /// At most this many (default 50).
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<i64>,
 }
 
@@ -531,7 +531,13 @@ pub async fn versions(
     Query(q): Query<VersionsQuery>,
 ) -> Result<Json<VersionsPage>, ApiError> {
     check_name(&name)?;
-    let limit = q.limit.unwrap_or(50).clamp(1, 500);
+    let limit = q.limit.unwrap_or(50);
+    if !(1..=500).contains(&limit) || q.before.is_some_and(|b| b < 1) {
+        return Err(ApiError::bad_request(
+            "invalid_query",
+            "`limit` is 1-500 and `before` a version (1 or more)",
+        ));
+    }
     let versions = state.store.list_history(&name, q.before, limit).await?;
     if versions.is_empty() && state.store.list_content(&name, None).await?.is_none() {
         return Err(ApiError::not_found("list"));

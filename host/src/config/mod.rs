@@ -75,7 +75,7 @@ pub struct Config {
     /// Author standing: strikes, account tiers and their effects.
     pub standing: crate::domain::standing::StandingPolicy,
     /// Lists moderators edit (`/v1/lists`): their limits and propagation.
-    pub lists: crate::lists::ListsConfig,
+    pub lists: crate::domain::lists::ListsConfig,
 }
 
 /// An external (often AI) classifier answering by signed callback.
@@ -216,7 +216,7 @@ impl Default for Config {
             retention: crate::store::RetentionPolicy::default(),
             console: ConsoleConfig::default(),
             standing: crate::domain::standing::StandingPolicy::default(),
-            lists: crate::lists::ListsConfig::default(),
+            lists: crate::domain::lists::ListsConfig::default(),
         }
     }
 }

@@ -5,8 +5,7 @@
 //! [`CompiledList::contains`], [`CompiledList::in_cidrs`]; each answers
 //! [`WrongKind`] on a list of another kind.
 
-use super::ListsConfig;
-use super::entries::{self, Entry, EntryError, ListKind};
+use crate::domain::lists::{self as entries, Entry, EntryError, ListKind, ListsConfig};
 use aho_corasick::AhoCorasick;
 use gavel_plugin_sdk::text::fold_words;
 use ipnet::IpNet;

@@ -7,7 +7,7 @@
 
 use super::{StoreError, StoreResult};
 use crate::clock::Millis;
-use crate::lists::{Entry, ListKind};
+use crate::domain::lists::{Entry, ListKind};
 use serde::Serialize;
 
 /// One version of a list, without its entries.
@@ -98,7 +98,7 @@ pub(crate) fn unpack_entries(body: &[u8]) -> StoreResult<Vec<Entry>> {
 macro_rules! impl_lists {
     ($store:ty, $db:ty, $row:ty) => {
         const _: () = {
-            use $crate::lists::ListKind;
+            use $crate::domain::lists::ListKind;
             use $crate::store::dialect::{Dialect, retry_conflicts};
             use $crate::store::lists::{pack_entries, unpack_entries};
             use $crate::store::rows;

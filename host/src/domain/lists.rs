@@ -1,13 +1,13 @@
-//! Entries: each kind's canonical form (what is stored, digested and
-//! compiled), checked against the limits, and the difference between two
-//! versions.
+//! The entries of moderators' lists: each kind's canonical form (what is
+//! stored, digested and compiled), checked against the limits
+//! ([`ListsConfig`]), the digest of a version, and the difference between
+//! two versions. The matchers compiled from them are in `host/src/lists/`.
 
-use super::ListsConfig;
 use gavel_plugin_sdk::text::fold_words;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-crate::domain::string_enum! {
+super::string_enum! {
     /// What a list holds, fixed when it is created.
     pub enum ListKind("list kind") {
         /// Words and phrases, matched as whole words on folded text (case
@@ -21,6 +21,49 @@ crate::domain::string_enum! {
         Strings = "strings",
         /// IPv4 and IPv6 ranges (`10.0.0.0/8`, `2001:db8::/32`, or one address).
         Cidrs = "cidrs",
+    }
+}
+
+/// `[lists]`: the limits of lists and how often a process looks for edits
+/// made by others.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ListsConfig {
+    /// Lists per deployment; creating one more is refused with 422.
+    pub max_lists: usize,
+    /// Entries per list; more is refused with 413.
+    pub max_entries: usize,
+    /// Characters per entry value; a longer one is refused with 422.
+    pub max_entry_chars: usize,
+    /// Characters per entry note.
+    pub max_note_chars: usize,
+    /// The body of `PUT` and `PATCH /v1/lists/{name}` (a list is bigger
+    /// than an item); a bigger body is refused with 413.
+    pub max_body_bytes: usize,
+    /// Bytes one compiled pattern may take (the `regex` crate's own
+    /// default); a pattern over it is refused with 422 naming it.
+    pub pattern_size_limit: usize,
+    /// Bytes the compiled set of a `patterns` list may take, and the lazy
+    /// DFA's cache per search: matching stays linear in the text and
+    /// bounded in memory.
+    pub pattern_set_size_limit: usize,
+    /// How often every process compares the versions it serves with the
+    /// store's (an edit is served everywhere within about this long).
+    pub poll_interval_ms: u64,
+}
+
+impl Default for ListsConfig {
+    fn default() -> Self {
+        ListsConfig {
+            max_lists: 1_000,
+            max_entries: 100_000,
+            max_entry_chars: 1_024,
+            max_note_chars: 256,
+            max_body_bytes: 16 << 20,
+            pattern_size_limit: 10 << 20,
+            pattern_set_size_limit: 64 << 20,
+            poll_interval_ms: 250,
+        }
     }
 }
 
@@ -52,7 +95,7 @@ pub enum EntryError {
 }
 
 impl EntryError {
-    pub(super) fn invalid(value: &str, problem: impl Into<String>) -> Self {
+    pub fn invalid(value: &str, problem: impl Into<String>) -> Self {
         // A refused entry is quoted in the answer, shortened if it is huge.
         let value = if value.chars().count() > 80 {
             format!("{}…", value.chars().take(80).collect::<String>())
@@ -136,7 +179,7 @@ pub fn normalise(kind: ListKind, value: &str) -> Result<String, String> {
 
 /// A host name in ASCII (IDNA), lowercase, without a trailing dot: labels
 /// of letters, digits, `-` and `_`, at most 63 characters each, 253 in all.
-pub(super) fn domain(value: &str) -> Result<String, String> {
+pub fn domain(value: &str) -> Result<String, String> {
     let trimmed = value.trim().trim_end_matches('.');
     if trimmed.parse::<std::net::IpAddr>().is_ok() {
         return Err("is an IP address, not a domain (use a cidrs list)".into());
@@ -157,7 +200,7 @@ pub(super) fn domain(value: &str) -> Result<String, String> {
 
 /// A range (`10.0.0.0/8`) or one address (`/32` or `/128`), its host bits
 /// cleared: `10.1.2.3/8` is `10.0.0.0/8`.
-pub(super) fn cidr(value: &str) -> Result<ipnet::IpNet, String> {
+pub fn cidr(value: &str) -> Result<ipnet::IpNet, String> {
     let value = value.trim();
     if let Ok(net) = value.parse::<ipnet::IpNet>() {
         return Ok(net.trunc());
@@ -249,7 +292,7 @@ mod tests {
     #[test]
     fn the_kind_check_constraint_mirrors_the_enum() {
         let kinds: Vec<&str> = ListKind::ALL.iter().map(|k| k.as_str()).collect();
-        crate::domain::check_constraints::assert_mirrors("lists", "kind", &kinds);
+        super::check_constraints::assert_mirrors("lists", "kind", &kinds);
     }
 
     #[test]
