@@ -228,12 +228,9 @@ async fn prepare(
     .expect("checking a list does not panic")
 }
 
-/// Writes a prepared version; serves it here once written.
-async fn write(
-    state: &AppState,
-    edit: NewListVersion<'_>,
-    mut compiled: CompiledList,
-) -> Result<(StatusCode, Response), ApiError> {
+/// Writes a prepared version and serves it here once written: 201 for a
+/// new list, else 200, with the version as `ETag`.
+async fn write(state: &AppState, edit: NewListVersion<'_>, mut compiled: CompiledList) -> Result<Response, ApiError> {
     let created = edit.if_match.is_none();
     let outcome = state.store.write_list(&edit).await?;
     let version = match outcome {
@@ -287,8 +284,11 @@ async fn write(
         created_at: edit.now,
     };
     let served = state.lists.served().remove(edit.name);
-    let status = if created { StatusCode::CREATED } else { StatusCode::OK };
-    Ok((status, with_etag(version, summary(record, served))))
+    let mut response = with_etag(version, summary(record, served));
+    if created {
+        *response.status_mut() = StatusCode::CREATED;
+    }
+    Ok(response)
 }
 
 /// A JSON body under `lists.max_body_bytes` (a list is bigger than the
@@ -414,9 +414,7 @@ pub async fn replace(
         max_lists: state.config.lists.max_lists,
         now: crate::clock::now_ms(),
     };
-    let (status, mut response) = write(&state, edit, compiled).await?;
-    *response.status_mut() = status;
-    Ok(response)
+    write(&state, edit, compiled).await
 }
 
 /// Adds and removes entries. `If-Match` is required: the edit applies to
@@ -475,7 +473,7 @@ pub async fn patch(
         max_lists: state.config.lists.max_lists,
         now: crate::clock::now_ms(),
     };
-    Ok(write(&state, edit, compiled).await?.1)
+    write(&state, edit, compiled).await
 }
 
 /// `current` (canonical) without `remove` and with `add`: an added value

@@ -272,7 +272,11 @@ async fn two_moderators_race_and_one_wins(setup: Setup) {
 /// entries, one entry over the limit, one list too many) gets a clear
 /// 413/422 and writes nothing; the largest list allowed is accepted.
 async fn bad_and_hostile_entries_are_refused_by_name(setup: Setup) {
-    let s = TestServer::start_with(setup, |c| c.lists.max_lists = 3).await;
+    let s = TestServer::start_with(setup, |c| {
+        c.lists.max_lists = 3;
+        c.lists.max_body_bytes = 32 << 20;
+    })
+    .await;
     let refuse = async |kind: &str, value: &str, code: &str| {
         // A good entry first: the bad one is named, not the first.
         let good = if kind == "cidrs" { "192.0.2.0/24" } else { "ok" };
@@ -302,8 +306,9 @@ async fn bad_and_hostile_entries_are_refused_by_name(setup: Setup) {
         "nothing written"
     );
 
-    // 10^6 entries: over the body limit, refused before it is parsed.
-    let million: Vec<Value> = (0..1_000_000).map(|i| json!({"value": format!("{i:08}")})).collect();
+    // 10^6 entries (19 MB, under this server's body limit): parsed, then
+    // refused by count before anything is compiled or written.
+    let million: Vec<Value> = (0..1_000_000).map(|i| json!({"value": format!("{i}")})).collect();
     let (status, err) = put(
         &s,
         &s.moderator,
@@ -314,8 +319,16 @@ async fn bad_and_hostile_entries_are_refused_by_name(setup: Setup) {
     .await;
     assert_eq!(
         (status, err["error"]["code"].as_str()),
-        (StatusCode::PAYLOAD_TOO_LARGE, Some("body_too_large"))
+        (StatusCode::PAYLOAD_TOO_LARGE, Some("list_too_large"))
     );
+    assert!(
+        err["error"]["message"].as_str().unwrap().contains("1000000 entries"),
+        "{err}"
+    );
+    // A body over `lists.max_body_bytes`: 413 before it is all read.
+    let answer = oversized_put(&s, "big", 64 << 20).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer:.200}");
+    assert!(answer.contains("body_too_large"), "{answer:.400}");
     // One over the limit of entries (in a body that fits): 413 naming the limit.
     let over: Vec<Value> = (0..100_001).map(|i| json!({"value": format!("{i}")})).collect();
     let (status, err) = put(
@@ -389,6 +402,33 @@ async fn bad_and_hostile_entries_are_refused_by_name(setup: Setup) {
     );
     assert_eq!(get(&s, "/v1/lists").await.1["lists"].as_array().unwrap().len(), 3);
     s.stop().await.unwrap();
+}
+
+/// A `PUT` announcing `length` bytes of body, written until the server
+/// stops reading: the raw answer (a client library may see the connection
+/// close under its write instead).
+async fn oversized_put(s: &TestServer, name: &str, length: usize) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = s.url.trim_start_matches("http://").to_string();
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "PUT /v1/lists/{name} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n",
+        s.moderator
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let chunk = vec![b' '; 64 << 10];
+    let mut sent = 0;
+    while sent < length {
+        match tokio::time::timeout(Duration::from_secs(2), conn.write_all(&chunk)).await {
+            Ok(Ok(())) => sent += chunk.len(),
+            _ => break,
+        }
+    }
+    assert!(sent < length, "the server read all {length} bytes");
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), conn.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer).into_owned()
 }
 
 /// A second server on the first one's store (and Redis, if any), with its
