@@ -292,7 +292,7 @@ mod tests {
     #[test]
     fn the_kind_check_constraint_mirrors_the_enum() {
         let kinds: Vec<&str> = ListKind::ALL.iter().map(|k| k.as_str()).collect();
-        super::check_constraints::assert_mirrors("lists", "kind", &kinds);
+        crate::domain::check_constraints::assert_mirrors("lists", "kind", &kinds);
     }
 
     #[test]
