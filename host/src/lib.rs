@@ -22,6 +22,7 @@
 //! - [`secrets`]: every endpoint's signing secrets, rotated without a restart.
 //! - [`outbound`]: signed HTTP POSTs (webhooks, provider requests).
 //! - [`metrics`]: what `/metrics` exports.
+//! - [`lists`]: lists moderators edit, versioned, compiled into matchers.
 //! - [`coordinator`]: the debounce queue and leases (embedded or Redis).
 //! - [`rules`]: the rule runtime — engine, loading, registry, breakers,
 //!   evaluation threads, sandboxed evaluation.
@@ -51,6 +52,7 @@ pub mod domain;
 pub mod export;
 pub mod fingerprint;
 pub mod judge;
+pub mod lists;
 pub mod metrics;
 pub mod outbound;
 pub mod providers;
@@ -137,6 +139,11 @@ pub async fn serve_with_metrics(
         start_evaluating(&mut tasks, shared, &worker, dispatcher, &cancel).await?;
     }
 
+    // Every list compiled before the first request; then kept current.
+    let lists = Arc::new(lists::ServedLists::new(config.lists.clone(), metrics.clone()));
+    lists.refresh(store.as_ref()).await?;
+    tasks.spawn(lists.clone().poll(store.clone(), cancel.clone()));
+
     let state = api::AppState::new(api::StateParts {
         config: config.clone(),
         store: store.clone(),
@@ -147,6 +154,7 @@ pub async fn serve_with_metrics(
         metrics: metrics.clone(),
         tokens: api::Tokens::new(&config.tokens),
         keyring,
+        lists,
     });
     let app = if config.role.serves_api() {
         tasks.spawn(forget_idle_authors(state.author_limiter.clone(), cancel.clone()));

@@ -61,6 +61,12 @@ pub struct KindLabel {
     pub kind: &'static str,
 }
 
+/// `list` label: a list's name.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListLabel {
+    pub list: String,
+}
+
 /// `table` label (retention).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TableLabel {
@@ -183,6 +189,8 @@ metrics! {
     store_batched_writes: Family<KindLabel, Counter> => "store_batched_writes", "Writes committed through group commit";
     /// Rows deleted by retention, by table.
     retention_removed: Family<TableLabel, Counter> => "retention_removed_rows", "Rows deleted by retention, by table";
+    /// The version of each list this process serves (`/v1/lists` shows it too).
+    list_version: Family<ListLabel, Gauge> => "list_version", "Version of each list this process serves";
 }
 
 impl Default for Metrics {

@@ -52,6 +52,8 @@
 //!   and builders for [`Decision`] and [`PluginInfo`].
 //! - [`log`]: the host's log import, captured by the harness when native.
 //! - [`spec`] (feature `spec`): snapshots and test cases as JSON.
+//! - [`text`] (feature `text`): the word folding whole-word matching uses,
+//!   shared by the host's `terms` lists and the banned-terms example.
 //! - [`testing`] (native targets only): the test harness; with feature
 //!   `spec` it also runs JSON case files, the same files the host's
 //!   integration tests run through the real runtime.
@@ -75,6 +77,8 @@ pub mod log;
 pub mod spec;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
+#[cfg(feature = "text")]
+pub mod text;
 
 pub use bindings::gavel::rules::types::{
     AuthorStats, Decision, Event, Item, Level, Phase, PluginInfo, Snapshot, Standing, Verdict,

@@ -13,6 +13,7 @@ mod events;
 mod idempotency;
 mod items;
 mod limits;
+mod lists;
 mod moderation;
 mod providers;
 mod schema;
@@ -40,7 +41,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, delete, get, post};
+use axum::routing::{MethodRouter, delete, get, patch, post, put};
 use governor::{DefaultKeyedRateLimiter, Quota};
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -73,6 +74,8 @@ pub struct AppState {
     pub standing: Arc<crate::domain::standing::StandingPolicy>,
     /// The providers' secrets that verify their callbacks.
     pub keyring: Arc<crate::secrets::Keyring>,
+    /// The compiled version of every list this process serves.
+    pub lists: Arc<crate::lists::ServedLists>,
 }
 
 /// The parts an [`AppState`] is made of.
@@ -86,6 +89,7 @@ pub struct StateParts {
     pub metrics: Arc<Metrics>,
     pub tokens: Tokens,
     pub keyring: Arc<crate::secrets::Keyring>,
+    pub lists: Arc<crate::lists::ServedLists>,
 }
 
 impl AppState {
@@ -111,6 +115,7 @@ impl AppState {
             tokens: Arc::new(p.tokens),
             keyring: p.keyring,
             backtests: Arc::new(backtests::Runner::default()),
+            lists: p.lists,
         }
     }
 }
@@ -248,6 +253,35 @@ fn routes() -> Routes {
         get(backtests::report_html),
     )
     .add(Method::GET, "/v1/exports/{table}", Moderator, get(exports::export))
+    .add(Method::GET, "/v1/lists", Moderator, get(lists::list_all))
+    .add(Method::GET, "/v1/lists/{name}", Moderator, get(lists::get_list))
+    // A list is bigger than an item: its body has its own limit
+    // (`lists.max_body_bytes`, see `lists::ListBody`).
+    .add(
+        Method::PUT,
+        "/v1/lists/{name}",
+        Moderator,
+        put(lists::replace).layer(DefaultBodyLimit::disable()),
+    )
+    .add(
+        Method::PATCH,
+        "/v1/lists/{name}",
+        Moderator,
+        patch(lists::patch).layer(DefaultBodyLimit::disable()),
+    )
+    .add(
+        Method::GET,
+        "/v1/lists/{name}/versions",
+        Moderator,
+        get(lists::versions),
+    )
+    .add(
+        Method::GET,
+        "/v1/lists/{name}/versions/{version}",
+        Moderator,
+        get(lists::get_version),
+    )
+    .add(Method::GET, "/v1/lists/{name}/diff", Moderator, get(lists::compare))
     .add(Method::GET, "/v1/plugins", Moderator, get(system::plugins))
     .add(
         Method::GET,
@@ -277,6 +311,7 @@ pub fn route_table() -> Vec<RouteInfo> {
         delivery::enable_endpoint, providers::callback,
         backtests::replay_item, backtests::start, backtests::list, backtests::get_one, backtests::cancel,
         backtests::report_html, exports::export,
+        lists::list_all, lists::get_list, lists::replace, lists::patch, lists::versions, lists::get_version, lists::compare,
         system::plugins, system::plugin_history, system::healthz, system::readyz, system::metrics, system::openapi,
     ),
     components(schemas(ErrorBody)),
@@ -285,6 +320,7 @@ pub fn route_table() -> Vec<RouteInfo> {
         (name = "items", description = "Client routes: submit content and events, read items"),
         (name = "authors", description = "Authors' account standing: a client reads its own authors"),
         (name = "moderator", description = "Routes that need a moderator token"),
+        (name = "lists", description = "Lists moderators edit at runtime, versioned (moderator token)"),
         (name = "providers", description = "Callbacks of external classifiers, signed per Standard Webhooks (HMAC-SHA256)"),
         (name = "system", description = "Health and documentation, no token"),
     )

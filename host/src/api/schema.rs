@@ -30,6 +30,8 @@ const FREE_TEXT: &[(&str, &str)] = &[
     ("EventRequest", "text"),
     ("ModerationRequest", "reason"),
     ("AuthorModerationRequest", "reason"),
+    ("ReplaceListRequest", "reason"),
+    ("PatchListRequest", "reason"),
 ];
 
 /// The item texts, whose length limit is a setting.
@@ -189,6 +191,11 @@ fn constrain_parameters(operation: &mut Operation) {
                 schema.min_length = Some(1);
                 schema.max_length = Some(255);
                 schema.pattern = Some(IDEMPOTENCY_KEY_PATTERN.into());
+            }
+            (ParameterIn::Path, "name") => {
+                schema.min_length = Some(1);
+                schema.max_length = Some(64);
+                schema.pattern = Some(super::lists::LIST_NAME_PATTERN.into());
             }
             // Item ids, authors and provider names; numeric ids carry their
             // own type. An author's client is a token name.

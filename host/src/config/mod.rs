@@ -79,6 +79,8 @@ pub struct Config {
     pub console: ConsoleConfig,
     /// Author standing: strikes, account tiers and their effects.
     pub standing: crate::domain::standing::StandingPolicy,
+    /// Lists moderators edit (`/v1/lists`): their limits and propagation.
+    pub lists: crate::domain::lists::ListsConfig,
 }
 
 /// An external (often AI) classifier answering by signed callback.
@@ -236,6 +238,7 @@ impl Default for Config {
             retention: crate::store::RetentionPolicy::default(),
             console: ConsoleConfig::default(),
             standing: crate::domain::standing::StandingPolicy::default(),
+            lists: crate::domain::lists::ListsConfig::default(),
         }
     }
 }

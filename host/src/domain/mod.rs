@@ -14,6 +14,8 @@
 //!   their inputs.
 //! - [`standing`]: an author's strikes, derived from decisions in a window,
 //!   and the account tier they reach.
+//! - [`lists`]: the entries of moderators' lists in canonical form, their
+//!   limits, digest and diff.
 //!
 //! Every stored status or outcome column has an enum here, converted to
 //! and from its string in one place ([`string_enum!`]); the migrations'
@@ -21,6 +23,7 @@
 
 pub mod evaluation;
 pub mod lifecycle;
+pub mod lists;
 pub mod policy;
 pub mod standing;
 pub mod status;

@@ -23,6 +23,7 @@
 //! - [`history`]: the input of every evaluation, and backtest runs ([`History`]).
 //! - [`exports`]: the record in key order, for exports ([`Exports`]).
 //! - [`retention`]: what is deleted when ([`Retention`]).
+//! - [`lists`]: lists moderators edit and their versions ([`Lists`]).
 //! - [`review`]: the moderator console's sessions, review claims and reads ([`Review`]).
 //! - `shared`: the transaction helpers every capability uses (audit rows,
 //!   decisions, key completion).
@@ -39,6 +40,7 @@ mod group;
 pub mod history;
 pub mod idempotency;
 pub mod items;
+pub mod lists;
 pub mod outbox;
 pub mod plugins;
 mod postgres;
@@ -58,6 +60,7 @@ pub use group::{GroupCommit, WriteQueue, Writes};
 pub use history::*;
 pub use idempotency::*;
 pub use items::*;
+pub use lists::{ListContent, ListVersionRecord, ListWrite, Lists, NewListVersion};
 pub use outbox::*;
 pub use plugins::*;
 pub use postgres::PgStore;
@@ -173,6 +176,7 @@ pub trait ItemStore:
     + Exports
     + Retention
     + Review
+    + Lists
 {
 }
 
@@ -192,6 +196,7 @@ impl<T> ItemStore for T where
         + Exports
         + Retention
         + Review
+        + Lists
 {
 }
 

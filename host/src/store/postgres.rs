@@ -191,3 +191,4 @@ impl super::Exports for PgStore {
     }
 }
 super::authors::impl_authors!(PgStore, Postgres, PgRow);
+super::lists::impl_lists!(PgStore, Postgres, PgRow);

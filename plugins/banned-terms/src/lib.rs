@@ -4,24 +4,10 @@
 //! match means (`flag`, `hold` or `reject`; default `reject`).
 
 use gavel_plugin_sdk::{Decision, Phase, PluginInfo, Rule, Snapshot, Verdict, export_rule};
-use unicode_normalization::UnicodeNormalization;
-use unicode_normalization::char::is_combining_mark;
+// The host's `terms` lists fold text with the same function.
+use gavel_plugin_sdk::text::fold_words;
 
 pub struct BannedTerms;
-
-/// Lowercased, accent-free words of `text`.
-fn fold_words(text: &str) -> Vec<String> {
-    let folded: String = text
-        .nfkd()
-        .filter(|c| !is_combining_mark(*c))
-        .flat_map(char::to_lowercase)
-        .collect();
-    folded
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_string)
-        .collect()
-}
 
 impl Rule for BannedTerms {
     fn info() -> PluginInfo {

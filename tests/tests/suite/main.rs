@@ -15,6 +15,7 @@ mod coordinator;
 mod delivery;
 mod exports;
 mod kill;
+mod lists;
 mod metrics;
 mod providers;
 mod reload;

@@ -681,3 +681,4 @@ impl super::Exports for SqliteStore {
     }
 }
 super::authors::impl_authors!(SqliteStore, Sqlite, SqliteRow);
+super::lists::impl_lists!(SqliteStore, Sqlite, SqliteRow);

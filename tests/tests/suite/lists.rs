@@ -1,0 +1,511 @@
+//! Lists moderators edit (`/v1/lists`, `host/src/lists/`,
+//! `host/src/store/lists.rs`): versions fenced by `If-Match` (two
+//! moderators racing, one wins, the other gets 409 and nothing is written),
+//! entries checked and refused by name, hostile input refused or bounded,
+//! and an edit served by a second process within a second. Each kind's
+//! matching semantics are unit tests of `host/src/lists/matcher.rs`.
+
+use gavel::config::{Role, TokenConfig};
+use gavel::lists::{Entry, ListKind};
+use gavel::metrics::ListLabel;
+use gavel_tests::server::{Setup, TestServer};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+/// A server with a second moderator token, `mod2`; returns that token.
+async fn with_two_moderators(setup: Setup, tweak: impl FnOnce(&mut gavel::config::Config)) -> (TestServer, String) {
+    let token = gavel::config::new_token();
+    let mod2 = token.clone();
+    let s = TestServer::start_with(setup, |c| {
+        c.tokens.push(TokenConfig {
+            name: "mod2".into(),
+            token,
+            role: Role::Moderator,
+        });
+        tweak(c);
+    })
+    .await;
+    (s, mod2)
+}
+
+/// `PUT /v1/lists/{name}` with `If-Match` when given: status and body.
+async fn put(s: &TestServer, token: &str, name: &str, if_match: Option<i64>, body: &Value) -> (StatusCode, Value) {
+    let mut r = s
+        .http
+        .put(format!("{}/v1/lists/{name}", s.url))
+        .bearer_auth(token)
+        .json(body);
+    if let Some(v) = if_match {
+        r = r.header("If-Match", format!("\"{v}\""));
+    }
+    let r = r.send().await.unwrap();
+    (r.status(), r.json().await.unwrap())
+}
+
+async fn patch(s: &TestServer, token: &str, name: &str, if_match: Option<i64>, body: &Value) -> (StatusCode, Value) {
+    let mut r = s
+        .http
+        .patch(format!("{}/v1/lists/{name}", s.url))
+        .bearer_auth(token)
+        .json(body);
+    if let Some(v) = if_match {
+        r = r.header("If-Match", v.to_string());
+    }
+    let r = r.send().await.unwrap();
+    (r.status(), r.json().await.unwrap())
+}
+
+async fn get(s: &TestServer, path: &str) -> (StatusCode, Value) {
+    let r = s.get(path, &s.moderator).send().await.unwrap();
+    (r.status(), r.json().await.unwrap())
+}
+
+fn values(list: &Value) -> Vec<&str> {
+    list["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["value"].as_str().unwrap())
+        .collect()
+}
+
+fn entries(list: &Value) -> Vec<Entry> {
+    serde_json::from_value(list["entries"].clone()).unwrap()
+}
+
+/// L1: a list's life: created at version 1, replaced and patched only at
+/// the version the editor names, every version kept with who, why, when
+/// and the digest of its canonical entries; a refused edit writes nothing.
+async fn edits_are_versioned_and_fenced_by_if_match(setup: Setup) {
+    let s = TestServer::start(setup).await;
+    let (status, created) = put(
+        &s,
+        &s.moderator,
+        "scam-phrases",
+        None,
+        &json!({"kind": "terms", "reason": "first wave", "entries": [
+            {"value": "Free  MONEY!", "note": "seen in the March wave"}, {"value": "Crypto"}]}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["version"], 1);
+    assert_eq!(created["updated_by"], "mod");
+    assert_eq!(created["served"]["version"], 1, "served here before the answer");
+
+    let r = s.get("/v1/lists/scam-phrases", &s.moderator).send().await.unwrap();
+    assert_eq!(r.headers()["etag"], "\"1\"");
+    let v1: Value = r.json().await.unwrap();
+    assert_eq!(values(&v1), ["crypto", "free money"], "folded and sorted");
+    assert_eq!(v1["entries"][1]["note"], "seen in the March wave");
+    assert_eq!(v1["digest"], gavel::lists::digest(ListKind::Terms, &entries(&v1)));
+    assert_eq!(v1["digest"], created["digest"]);
+
+    // Creating it again, or replacing it without naming the version: 409.
+    let body = json!({"kind": "terms", "reason": "second wave", "entries": [{"value": "scamcoin"}]});
+    let (status, err) = put(&s, &s.moderator, "scam-phrases", None, &body).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{err}");
+    assert_eq!(err["error"]["code"], "version_mismatch");
+    let (status, _) = put(&s, &s.moderator, "scam-phrases", Some(7), &body).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    // Another kind: 409, a blank reason: 422, an unknown list: 404.
+    let (status, err) = put(
+        &s,
+        &s.moderator,
+        "scam-phrases",
+        Some(1),
+        &json!({"kind": "strings", "reason": "r", "entries": []}),
+    )
+    .await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (StatusCode::CONFLICT, Some("kind_mismatch"))
+    );
+    let (status, err) = put(
+        &s,
+        &s.moderator,
+        "scam-phrases",
+        Some(1),
+        &json!({"kind": "terms", "reason": "  ", "entries": []}),
+    )
+    .await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_reason"))
+    );
+    let (status, _) = put(&s, &s.moderator, "nothing-here", Some(1), &body).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        get(&s, "/v1/lists/scam-phrases").await.1["version"],
+        1,
+        "nothing written"
+    );
+
+    let (status, v2) = put(&s, &s.moderator, "scam-phrases", Some(1), &body).await;
+    assert_eq!((status, v2["version"].as_i64()), (StatusCode::OK, Some(2)), "{v2}");
+
+    // PATCH: If-Match required; add (and re-note), remove by any spelling.
+    let edit = json!({"reason": "third wave", "add": [{"value": "miracle cure"}, {"value": "Crypto"}], "remove": ["SCAMCOIN"]});
+    let (status, err) = patch(&s, &s.moderator, "scam-phrases", None, &edit).await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (StatusCode::PRECONDITION_REQUIRED, Some("if_match_required"))
+    );
+    let (status, _) = patch(&s, &s.moderator, "scam-phrases", Some(1), &edit).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    let (status, v3) = patch(&s, &s.moderator, "scam-phrases", Some(2), &edit).await;
+    assert_eq!((status, v3["version"].as_i64()), (StatusCode::OK, Some(3)), "{v3}");
+    let (_, now) = get(&s, "/v1/lists/scam-phrases").await;
+    assert_eq!(values(&now), ["crypto", "miracle cure"]);
+    let (status, err) = patch(
+        &s,
+        &s.moderator,
+        "scam-phrases",
+        Some(3),
+        &json!({"reason": "r", "remove": ["absent"]}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"absent\": is not in the list"),
+        "{err}"
+    );
+
+    // The history, paged, newest first; any version and any two compared.
+    let (_, page) = get(&s, "/v1/lists/scam-phrases/versions?limit=2").await;
+    let versions: Vec<i64> = page["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["version"].as_i64().unwrap())
+        .collect();
+    assert_eq!(versions, [3, 2]);
+    assert_eq!(page["versions"][0]["reason"], "third wave");
+    assert_eq!(page["next_before"], 2);
+    let (_, rest) = get(&s, "/v1/lists/scam-phrases/versions?limit=2&before=2").await;
+    assert_eq!(rest["versions"][0]["version"], 1);
+    assert_eq!(rest["versions"][0]["digest"], v1["digest"]);
+    assert!(rest["next_before"].is_null());
+    let (_, old) = get(&s, "/v1/lists/scam-phrases/versions/1").await;
+    assert_eq!(values(&old), ["crypto", "free money"]);
+    let (status, diff) = get(&s, "/v1/lists/scam-phrases/diff?from=1&to=3").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(diff["added"], json!([{"value": "miracle cure"}]));
+    assert_eq!(
+        diff["removed"],
+        json!([{"value": "free money", "note": "seen in the March wave"}])
+    );
+    assert_eq!(diff["renoted"], json!([]));
+    assert_eq!(diff["from"]["digest"], v1["digest"]);
+    assert_eq!(
+        get(&s, "/v1/lists/scam-phrases/diff?from=1&to=9").await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        get(&s, "/v1/lists/nothing-here/versions").await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(get(&s, "/v1/lists/Not%20A%20Name").await.0, StatusCode::BAD_REQUEST);
+
+    let (_, all) = get(&s, "/v1/lists").await;
+    assert_eq!(all["lists"][0]["name"], "scam-phrases");
+    assert_eq!(all["lists"][0]["version"], 3);
+    assert_eq!(all["lists"][0]["served"]["version"], 3);
+    assert_eq!(all["lists"][0]["entry_count"], 2);
+    s.stop().await.unwrap();
+}
+
+/// L2: two moderators edit one list from the same version at once, again
+/// and again (replace and patch): exactly one wins each round, the other
+/// gets 409, and the list holds the winner's content, one version per round.
+async fn two_moderators_race_and_one_wins(setup: Setup) {
+    let (s, mod2) = with_two_moderators(setup, |_| {}).await;
+    let body = |v: &str| json!({"kind": "strings", "reason": format!("by {v}"), "entries": [{"value": v}]});
+    assert_eq!(
+        put(&s, &s.moderator, "hashes", None, &body("start")).await.0,
+        StatusCode::CREATED
+    );
+    for round in 1..=8i64 {
+        let (a, b) = if round % 2 == 0 {
+            let (a, b) = (body(&format!("a{round}")), body(&format!("b{round}")));
+            tokio::join!(
+                put(&s, &s.moderator, "hashes", Some(round), &a),
+                put(&s, &mod2, "hashes", Some(round), &b)
+            )
+        } else {
+            let edit = |v: String| json!({"reason": "add", "add": [{"value": v}]});
+            let (a, b) = (edit(format!("a{round}")), edit(format!("b{round}")));
+            tokio::join!(
+                patch(&s, &s.moderator, "hashes", Some(round), &a),
+                patch(&s, &mod2, "hashes", Some(round), &b)
+            )
+        };
+        let statuses = [a.0, b.0];
+        assert!(
+            statuses.contains(&StatusCode::OK) && statuses.contains(&StatusCode::CONFLICT),
+            "round {round}: {statuses:?} {a:?} {b:?}"
+        );
+        let (winner, loser_value) = if a.0 == StatusCode::OK { ("a", "b") } else { ("b", "a") };
+        let (_, now) = get(&s, "/v1/lists/hashes").await;
+        assert_eq!(now["version"], round + 1, "one version per round");
+        let listed = values(&now);
+        assert!(
+            listed.contains(&format!("{winner}{round}").as_str()),
+            "round {round}: {listed:?}"
+        );
+        assert!(
+            !listed.contains(&format!("{loser_value}{round}").as_str()),
+            "round {round}: the loser wrote nothing: {listed:?}"
+        );
+        assert_eq!(now["updated_by"], if winner == "a" { "mod" } else { "mod2" });
+    }
+    let (_, page) = get(&s, "/v1/lists/hashes/versions?limit=100").await;
+    assert_eq!(page["versions"].as_array().unwrap().len(), 9);
+    s.stop().await.unwrap();
+}
+
+/// L3: every kind refuses what it cannot read with 422 naming the entry;
+/// hostile input (a 1 MB regex, a pattern whose program explodes, 10^6
+/// entries, one entry over the limit, one list too many) gets a clear
+/// 413/422 and writes nothing; the largest list allowed is accepted.
+async fn bad_and_hostile_entries_are_refused_by_name(setup: Setup) {
+    let s = TestServer::start_with(setup, |c| {
+        c.lists.max_lists = 3;
+        c.lists.max_body_bytes = 32 << 20;
+    })
+    .await;
+    let refuse = async |kind: &str, value: &str, code: &str| {
+        // A good entry first: the bad one is named, not the first.
+        let good = if kind == "cidrs" { "192.0.2.0/24" } else { "ok" };
+        let body = json!({"kind": kind, "reason": "r", "entries": [{"value": good}, {"value": value}]});
+        let (status, err) = put(&s, &s.moderator, &format!("bad-{kind}"), None, &body).await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{kind} {value:.40}: {err}");
+        assert_eq!(err["error"]["code"], code);
+        let message = err["error"]["message"].as_str().unwrap();
+        // Named as a JSON-ish quoted string (escapes and all).
+        let shown = format!("{:?}", value.chars().take(20).collect::<String>());
+        let shown = &shown[..shown.len() - 1];
+        assert!(message.contains(shown), "{message} names {shown}");
+        message.to_string()
+    };
+    refuse("patterns", "(unclosed", "invalid_entry").await;
+    let huge = refuse("patterns", r"\w{1000}\w{1000}\w{1000}", "invalid_entry").await;
+    assert!(huge.contains("compiles to more than the limit"), "{huge}");
+    let long = refuse("patterns", &"a".repeat(1 << 20), "invalid_entry").await;
+    assert!(long.contains("1048576 characters, over the limit of 1024"), "{long}");
+    refuse("cidrs", "10.0.0.0/33", "invalid_entry").await;
+    refuse("domains", "exa mple.com", "invalid_entry").await;
+    refuse("domains", "192.0.2.1", "invalid_entry").await;
+    refuse("terms", "?!", "invalid_entry").await;
+    refuse("strings", "nul\u{0}inside", "invalid_entry").await;
+    assert!(
+        get(&s, "/v1/lists").await.1["lists"].as_array().unwrap().is_empty(),
+        "nothing written"
+    );
+
+    // 10^6 entries (19 MB, under this server's body limit): parsed, then
+    // refused by count before anything is compiled or written.
+    let million: Vec<Value> = (0..1_000_000).map(|i| json!({"value": format!("{i}")})).collect();
+    let (status, err) = put(
+        &s,
+        &s.moderator,
+        "big",
+        None,
+        &json!({"kind": "strings", "reason": "r", "entries": million}),
+    )
+    .await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (StatusCode::PAYLOAD_TOO_LARGE, Some("list_too_large"))
+    );
+    assert!(
+        err["error"]["message"].as_str().unwrap().contains("1000000 entries"),
+        "{err}"
+    );
+    // A body over `lists.max_body_bytes`: 413 before it is all read.
+    let answer = oversized_put(&s, "big", 64 << 20).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer:.200}");
+    assert!(answer.contains("body_too_large"), "{answer:.400}");
+    // One over the limit of entries (in a body that fits): 413 naming the limit.
+    let over: Vec<Value> = (0..100_001).map(|i| json!({"value": format!("{i}")})).collect();
+    let (status, err) = put(
+        &s,
+        &s.moderator,
+        "big",
+        None,
+        &json!({"kind": "strings", "reason": "r", "entries": over}),
+    )
+    .await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (StatusCode::PAYLOAD_TOO_LARGE, Some("list_too_large"))
+    );
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("over the limit of 100000")
+    );
+    // The limit itself is fine, for every kind that compiles something.
+    let domains: Vec<Value> = (0..100_000)
+        .map(|i| json!({"value": format!("h{i}.example")}))
+        .collect();
+    let (status, big) = put(
+        &s,
+        &s.moderator,
+        "big",
+        None,
+        &json!({"kind": "domains", "reason": "r", "entries": domains}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{big}");
+    assert_eq!(big["entry_count"], 100_000);
+    let terms: Vec<Value> = (0..100_000).map(|i| json!({"value": format!("w{i} x")})).collect();
+    let (status, _) = put(
+        &s,
+        &s.moderator,
+        "big-terms",
+        None,
+        &json!({"kind": "terms", "reason": "r", "entries": terms}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    // Canonical forms through the API.
+    let (status, _) = put(
+        &s,
+        &s.moderator,
+        "hosts",
+        None,
+        &json!({"kind": "domains", "reason": "r", "entries": [{"value": "Bit.LY."}, {"value": "bücher.example"}]}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(
+        values(&get(&s, "/v1/lists/hosts").await.1),
+        ["bit.ly", "xn--bcher-kva.example"]
+    );
+    // One list too many.
+    let (status, err) = put(
+        &s,
+        &s.moderator,
+        "fourth",
+        None,
+        &json!({"kind": "strings", "reason": "r", "entries": []}),
+    )
+    .await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("too_many_lists"))
+    );
+    assert_eq!(get(&s, "/v1/lists").await.1["lists"].as_array().unwrap().len(), 3);
+    s.stop().await.unwrap();
+}
+
+/// A `PUT` announcing `length` bytes of body, written until the server
+/// stops reading: the raw answer (a client library may see the connection
+/// close under its write instead).
+async fn oversized_put(s: &TestServer, name: &str, length: usize) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = s.url.trim_start_matches("http://").to_string();
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "PUT /v1/lists/{name} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n",
+        s.moderator
+    );
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let chunk = vec![b' '; 64 << 10];
+    let mut sent = 0;
+    while sent < length {
+        match tokio::time::timeout(Duration::from_secs(2), conn.write_all(&chunk)).await {
+            Ok(Ok(())) => sent += chunk.len(),
+            _ => break,
+        }
+    }
+    assert!(sent < length, "the server read all {length} bytes");
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), conn.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// A second server on the first one's store (and Redis, if any), with its
+/// own data directory.
+async fn second_server(first: &TestServer) -> TestServer {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    let mut config = first.config.clone();
+    config.plugin_dir = plugins;
+    config.data_dir = dir.path().join("data");
+    TestServer::serve(dir, first.setup, config, |_| {}).await
+}
+
+/// The version of `list` a server serves, as `/v1/lists` says.
+async fn served(s: &TestServer, list: &str) -> Option<i64> {
+    let (_, all) = get(s, "/v1/lists").await;
+    all["lists"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == list)
+        .and_then(|l| l["served"]["version"].as_i64())
+}
+
+/// L4: an edit is served by the process that made it before it answers,
+/// and by a second process on the same store within a second (its
+/// `/v1/lists` and its `gavel_list_version` metric say which version).
+async fn an_edit_reaches_a_second_process_within_a_second(setup: Setup) {
+    let first = TestServer::start(setup).await;
+    let body = |v: &str| json!({"kind": "cidrs", "reason": "r", "entries": [{"value": v}]});
+    assert_eq!(
+        put(&first, &first.moderator, "bad-nets", None, &body("10.0.0.0/8"))
+            .await
+            .0,
+        StatusCode::CREATED
+    );
+    let second = second_server(&first).await;
+    assert_eq!(served(&second, "bad-nets").await, Some(1), "compiled at start");
+    for version in 2..=4i64 {
+        let (status, _) = put(
+            &first,
+            &first.moderator,
+            "bad-nets",
+            Some(version - 1),
+            &body(&format!("10.{version}.0.0/16")),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        let written = Instant::now();
+        assert_eq!(
+            served(&first, "bad-nets").await,
+            Some(version),
+            "the editing process serves it at once"
+        );
+        loop {
+            if served(&second, "bad-nets").await == Some(version) {
+                break;
+            }
+            assert!(
+                written.elapsed() < Duration::from_secs(1),
+                "version {version} not served by the second process within 1 s"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let label = ListLabel {
+            list: "bad-nets".into(),
+        };
+        assert_eq!(second.metrics.list_version.get_or_create(&label).get(), version);
+    }
+    second.stop().await.unwrap();
+    first.stop().await.unwrap();
+}
+
+gavel_tests::both!(
+    edits_are_versioned_and_fenced_by_if_match,
+    two_moderators_race_and_one_wins,
+    bad_and_hostile_entries_are_refused_by_name,
+    an_edit_reaches_a_second_process_within_a_second,
+);
