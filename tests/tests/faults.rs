@@ -751,7 +751,10 @@ async fn fault_injection_suite() {
     let acknowledged = Arc::new(Mutex::new(ids));
     let faults_stopped = Instant::now();
 
-    // Every item settles once the faults stop.
+    // Every item settles once the faults stop: a bound on liveness, not a
+    // timing (the settling time is reported below). In a debug build on two
+    // cores, after a PostgreSQL restart and a paused worker, the backlog of
+    // some runs has taken over a minute to drain.
     loop {
         let pending: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM items WHERE needs_eval_since IS NOT NULL OR status IN ('pending_scan', 'awaiting_provider')",
@@ -762,7 +765,7 @@ async fn fault_injection_suite() {
         if pending == 0 {
             break;
         }
-        if faults_stopped.elapsed() > Duration::from_secs(60) {
+        if faults_stopped.elapsed() > Duration::from_secs(180) {
             for p in d.apis.iter().chain(&d.workers) {
                 let log = p.log();
                 let tail: Vec<&str> = log.lines().rev().take(30).collect();
@@ -772,7 +775,15 @@ async fn fault_injection_suite() {
                     tail.into_iter().rev().collect::<Vec<_>>().join("\n")
                 );
             }
-            panic!("{pending} items never settled (seed {seed})");
+            let by_status: Vec<(String, bool, i64)> = sqlx::query_as(
+                "SELECT status, needs_eval_since IS NOT NULL, COUNT(*) FROM items \
+                 WHERE needs_eval_since IS NOT NULL OR status IN ('pending_scan', 'awaiting_provider') \
+                 GROUP BY 1, 2",
+            )
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+            panic!("{pending} items never settled (seed {seed}): (status, waiting for an evaluation, count) {by_status:?}");
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
