@@ -50,7 +50,10 @@ fn export(gavel_bin: &Path, config: &Path, format: &str, out: &Path, extra: &[St
         (status, usage)
     };
     let wall = started.elapsed().as_secs_f64();
-    anyhow::ensure!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "B15: export failed: {said}");
+    anyhow::ensure!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "B15: export failed: {said}"
+    );
     let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     let rows = said
         .split_whitespace()
@@ -93,8 +96,7 @@ pub async fn b15(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> 
     let seeding = Instant::now();
     let start_ms = gavel::clock::now_ms() - evaluations as i64;
     let store = gavel::store::open_url(&format!("sqlite://{}", dir.path().join("data/gavel.db").display()), 1).await?;
-    gavel_tests::history::seed_evaluations(&store, hot, "an ordinary post 0", &PLUGINS, evaluations, start_ms)
-        .await?;
+    gavel_tests::history::seed_evaluations(&store, hot, "an ordinary post 0", &PLUGINS, evaluations, start_ms).await?;
     drop(store);
     drop(gavel);
     eprintln!(
@@ -105,7 +107,10 @@ pub async fn b15(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> 
     let config = dir.path().join("gavel.toml");
     let out = dir.path().join("export");
     // The last tenth of the window: the same export over a tenth of the rows.
-    let tenth = vec!["--since".to_string(), (start_ms + evaluations as i64 * 9 / 10).to_string()];
+    let tenth = vec![
+        "--since".to_string(),
+        (start_ms + evaluations as i64 * 9 / 10).to_string(),
+    ];
     // No row at all: what opening the store costs the process.
     let none = vec!["--since".to_string(), (gavel::clock::now_ms() + 86_400_000).to_string()];
     let empty = export(gavel_bin, &config, "ndjson", &out, &none)?;

@@ -119,7 +119,11 @@ impl Export {
         filter: ExportFilter,
         after: ExportKey,
     ) -> Result<Export, StoreError> {
-        let upto = if table.is_log() { store.export_horizon(table).await? } else { 0 };
+        let upto = if table.is_log() {
+            store.export_horizon(table).await?
+        } else {
+            0
+        };
         Ok(Export {
             store,
             table,
@@ -524,7 +528,10 @@ mod tests {
         for (table, key) in [
             (ExportTable::Decisions, ExportKey::Id(42)),
             (ExportTable::Items, ExportKey::Item("0190-a".into())),
-            (ExportTable::Authors, ExportKey::Author("web".into(), "ann \"x\"".into())),
+            (
+                ExportTable::Authors,
+                ExportKey::Author("web".into(), "ann \"x\"".into()),
+            ),
         ] {
             assert_eq!(parse_cursor(table, &cursor_text(&key)), Ok(key));
         }
@@ -536,7 +543,12 @@ mod tests {
     fn every_tables_parquet_schema_parses() {
         for table in ExportTable::ALL {
             let schema = parquet::schema::parser::parse_message_type(&parquet_schema(table)).unwrap();
-            assert_eq!(schema.get_fields().len(), header(table.columns()).len(), "{}", table.as_str());
+            assert_eq!(
+                schema.get_fields().len(),
+                header(table.columns()).len(),
+                "{}",
+                table.as_str()
+            );
         }
     }
 }

@@ -17,8 +17,7 @@ use crate::judge::{Judgement, judge, snapshot_of};
 use crate::metrics::Metrics;
 use crate::rules::{EvaluationPool, HostError, Registry};
 use crate::store::{
-    CommitOutcome, EvaluationCommit, Handoff, SharedStore, SnapshotData, SnapshotWindows, StoreError,
-    Writes,
+    CommitOutcome, EvaluationCommit, Handoff, SharedStore, SnapshotData, SnapshotWindows, StoreError, Writes,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
@@ -615,7 +614,10 @@ impl Worker {
                     let (commit, verdict) = self.decide(&data, &judgement);
                     // Only a decision that weighs can change the score: no
                     // recomputation is queued for one that cannot.
-                    let author = commit.decisions.iter().any(|d| d.weighs)
+                    let author = commit
+                        .decisions
+                        .iter()
+                        .any(|d| d.weighs)
                         .then(|| (data.item.client.clone(), data.item.author.clone()));
                     commits.push(Judged {
                         index: i,

@@ -140,7 +140,10 @@ impl Buffer {
 
 impl Write for Buffer {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0.lock().expect("no panic holds the buffer").extend_from_slice(bytes);
+        self.0
+            .lock()
+            .expect("no panic holds the buffer")
+            .extend_from_slice(bytes);
         Ok(bytes.len())
     }
 

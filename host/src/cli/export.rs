@@ -80,6 +80,10 @@ pub async fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
     if let Some(path) = &args.cursor_out {
         std::fs::write(path, format!("{cursor}\n")).with_context(|| format!("writing {}", path.display()))?;
     }
-    eprintln!("exported {} {} rows; continue with --after '{cursor}'", run.rows(), table.as_str());
+    eprintln!(
+        "exported {} {} rows; continue with --after '{cursor}'",
+        run.rows(),
+        table.as_str()
+    );
     Ok(ExitCode::SUCCESS)
 }

@@ -54,11 +54,7 @@ fn duckdb(script: &str) -> Value {
         .args(["-c", &format!("import duckdb, json\n{script}")])
         .output()
         .unwrap();
-    assert!(
-        run.status.success(),
-        "DuckDB: {}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    assert!(run.status.success(), "DuckDB: {}", String::from_utf8_lossy(&run.stderr));
     let out = String::from_utf8_lossy(&run.stdout);
     serde_json::from_str(out.lines().last().unwrap_or("null")).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
@@ -136,7 +132,13 @@ async fn every_format_loads_into_duckdb(setup: Setup) {
         }
         let types = &described["types"];
         // The documented types: times are timestamps and epoch ms, labels a list.
-        assert!(types["created_at_ms"].as_str().unwrap_or_default().starts_with("BIGINT") || *table == "authors");
+        assert!(
+            types["created_at_ms"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("BIGINT")
+                || *table == "authors"
+        );
         if *table == "decisions" {
             // CSV has no lists: labels are a JSON array in text there.
             let list = if *format == "csv" { "VARCHAR" } else { "VARCHAR[]" };
@@ -149,10 +151,17 @@ async fn every_format_loads_into_duckdb(setup: Setup) {
             );
         }
         if *table == "authors" {
-            assert!(types["last_seen"].as_str().unwrap().starts_with("TIMESTAMP"), "{types:#}");
+            assert!(
+                types["last_seen"].as_str().unwrap().starts_with("TIMESTAMP"),
+                "{types:#}"
+            );
         }
     }
-    assert_eq!(transition_counts.len(), 1, "every format holds the same transitions: {transition_counts:?}");
+    assert_eq!(
+        transition_counts.len(),
+        1,
+        "every format holds the same transitions: {transition_counts:?}"
+    );
     assert!(transition_counts.first().unwrap() >= &(ids.len() as u64 + 1));
 
     // Per version, the export counts what gavel's own figures count.
@@ -171,7 +180,11 @@ async fn every_format_loads_into_duckdb(setup: Setup) {
         }
         let digest = p["digest"].as_str().unwrap();
         let counted = &grouped[digest];
-        assert_eq!(counted[0], figures["evaluations"], "{} {}: {grouped:#}", p["name"], p["version"]);
+        assert_eq!(
+            counted[0], figures["evaluations"],
+            "{} {}: {grouped:#}",
+            p["name"], p["version"]
+        );
         assert_eq!(
             counted[1],
             figures["verdicts"].get("reject").cloned().unwrap_or(json!(0)),
@@ -189,7 +202,10 @@ async fn every_format_loads_into_duckdb(setup: Setup) {
         parquet.display(),
         ids[1]
     ));
-    assert!(reversed.as_u64().unwrap() >= 1, "the overturned rejection is marked reversed");
+    assert!(
+        reversed.as_u64().unwrap() >= 1,
+        "the overturned rejection is marked reversed"
+    );
     s.stop().await.unwrap();
 }
 
@@ -202,7 +218,10 @@ async fn exports_continued_by_cursor_miss_and_repeat_nothing(setup: Setup) {
         tokio::spawn(async move {
             let mut ids = Vec::new();
             for i in 0..60 {
-                ids.push(s.submit(&format!("w{}", i % 7), &format!("message {i}, buy scamcoin? {}", i % 3)).await);
+                ids.push(
+                    s.submit(&format!("w{}", i % 7), &format!("message {i}, buy scamcoin? {}", i % 3))
+                        .await,
+                );
             }
             ids
         })
@@ -242,8 +261,17 @@ async fn exports_continued_by_cursor_miss_and_repeat_nothing(setup: Setup) {
         let got = &seen[table];
         let unique: BTreeSet<i64> = got.iter().copied().collect();
         assert_eq!(unique.len(), got.len(), "{table}: a row exported twice");
-        assert_eq!(unique, all.iter().copied().collect::<BTreeSet<_>>(), "{table}: a row missed");
-        assert!(all.len() >= ids.len(), "{table}: {} rows for {} items", all.len(), ids.len());
+        assert_eq!(
+            unique,
+            all.iter().copied().collect::<BTreeSet<_>>(),
+            "{table}: a row missed"
+        );
+        assert!(
+            all.len() >= ids.len(),
+            "{table}: {} rows for {} items",
+            all.len(),
+            ids.len()
+        );
     }
     // Bad requests are refused with the one error format.
     for (query, status) in [
@@ -253,7 +281,11 @@ async fn exports_continued_by_cursor_miss_and_repeat_nothing(setup: Setup) {
         ("decisions?since=5&until=5", 400),
         ("authors?after=web", 400),
     ] {
-        let r = s.get(&format!("/v1/exports/{query}"), &s.moderator).send().await.unwrap();
+        let r = s
+            .get(&format!("/v1/exports/{query}"), &s.moderator)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), status, "{query}");
         let e: Value = r.json().await.unwrap();
         assert!(e["error"]["code"].is_string(), "{query}: {e}");

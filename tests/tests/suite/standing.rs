@@ -1004,10 +1004,12 @@ async fn labels_weigh_more_than_their_verdict(setup: Setup) {
 async fn a_verdict_that_weighs_nothing_queues_no_recomputation(setup: Setup) {
     let receiver = Receiver::start(SECRET, 17).await;
     // Only rejections weigh: link-spam's hold of four links weighs 0.
-    let s = server(setup, &receiver, |p| p.weights = BTreeMap::from([(Verdict::Reject, 1.0)])).await;
-    let recomputations = async || {
-        crate::metrics::get(&crate::metrics::scrape(&s).await, "gavel_author_recomputations_total{}")
-    };
+    let s = server(setup, &receiver, |p| {
+        p.weights = BTreeMap::from([(Verdict::Reject, 1.0)])
+    })
+    .await;
+    let recomputations =
+        async || crate::metrics::get(&crate::metrics::scrape(&s).await, "gavel_author_recomputations_total{}");
     let before = recomputations().await;
     let (status, r) = s
         .submit_as(
@@ -1031,7 +1033,11 @@ async fn a_verdict_that_weighs_nothing_queues_no_recomputation(setup: Setup) {
     assert_eq!(stored.record.recheck_at, None, "{:?}", stored.record);
     // Long enough for the reconciler to pick up a marked author.
     tokio::time::sleep(Duration::from_millis(1_500)).await;
-    assert_eq!(recomputations().await, before, "a weightless hold recomputed its author");
+    assert_eq!(
+        recomputations().await,
+        before,
+        "a weightless hold recomputed its author"
+    );
     // A rejection weighs: its author is recomputed, once.
     spam(&s, "quiet").await;
     wait_author(&s, "quiet", "good", 1.0).await;
