@@ -5,9 +5,9 @@
 //! an export of a tenth of the rows (flat: memory does not grow with rows).
 
 use crate::report::Figure;
-use crate::system::{Gavel, MODERATOR_TOKEN, Sizes, rust_plugins};
+use crate::system::{Gavel, Sizes, rust_plugins};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Plugins each seeded evaluation carries a decision of.
 const PLUGINS: [(&str, &str, &str); 4] = [
@@ -78,21 +78,7 @@ pub async fn b15(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> 
     })
     .await?;
     let hot = &hot[0];
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let item: serde_json::Value = http
-            .get(format!("{}/v1/items/{hot}", gavel.url))
-            .bearer_auth(MODERATOR_TOKEN)
-            .send()
-            .await?
-            .json()
-            .await?;
-        if item["status"] != "pending_scan" && item["needs_eval_since"].is_null() {
-            break;
-        }
-        anyhow::ensure!(Instant::now() < deadline, "B15: item {hot} never settled");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::system::wait_settled(&http, &gavel.url, hot).await?;
     let seeding = Instant::now();
     let start_ms = gavel::clock::now_ms() - evaluations as i64;
     let store = gavel::store::open_url(&format!("sqlite://{}", dir.path().join("data/gavel.db").display()), 1).await?;

@@ -72,25 +72,8 @@ pub async fn b16(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> 
     })
     .await?;
     let (hot, other) = (&hot[0], &hot[1]);
-    let settled = async |id: &str| -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let item: serde_json::Value = http
-                .get(format!("{}/v1/items/{id}", gavel.url))
-                .bearer_auth(MODERATOR_TOKEN)
-                .send()
-                .await?
-                .json()
-                .await?;
-            if item["status"] != "pending_scan" && item["needs_eval_since"].is_null() {
-                return Ok(());
-            }
-            anyhow::ensure!(Instant::now() < deadline, "B16: item {id} never settled");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    };
-    settled(hot).await?;
-    settled(other).await?;
+    crate::system::wait_settled(&http, &gavel.url, hot).await?;
+    crate::system::wait_settled(&http, &gavel.url, other).await?;
 
     // The history, written through the store as the worker writes it.
     let seeding = Instant::now();

@@ -607,6 +607,25 @@ pub async fn b4(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
     ])
 }
 
+/// Waits (up to 60 s) until item `id` has settled: judged, nothing pending.
+pub(crate) async fn wait_settled(http: &reqwest::Client, url: &str, id: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let item: Value = http
+            .get(format!("{url}/v1/items/{id}"))
+            .bearer_auth(MODERATOR_TOKEN)
+            .send()
+            .await?
+            .json()
+            .await?;
+        if item["status"] != "pending_scan" && item["needs_eval_since"].is_null() {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "item {id} never settled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Creates `n` items through the batch API, 1,000 per request; their ids.
 /// `item(tag, i)` is the `i`th submission, `tag` a fresh id of this call
 /// that keeps its texts apart from any earlier call's.

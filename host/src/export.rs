@@ -173,10 +173,10 @@ impl Export {
     /// cursor is its horizon: every id up to it was covered, whatever the
     /// window or client let through.
     pub fn cursor(&self) -> ExportKey {
-        match (&self.key, self.table.is_log() && self.done) {
-            (ExportKey::Id(id), true) => ExportKey::Id((*id).max(self.upto)),
-            (ExportKey::Start, true) => ExportKey::Id(self.upto),
-            (key, _) => key.clone(),
+        if self.table.is_log() && self.done {
+            self.final_cursor()
+        } else {
+            self.key.clone()
         }
     }
 }

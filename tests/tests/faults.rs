@@ -783,7 +783,9 @@ async fn fault_injection_suite() {
             .fetch_all(&pool)
             .await
             .unwrap();
-            panic!("{pending} items never settled (seed {seed}): (status, waiting for an evaluation, count) {by_status:?}");
+            panic!(
+                "{pending} items never settled (seed {seed}): (status, waiting for an evaluation, count) {by_status:?}"
+            );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

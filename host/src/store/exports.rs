@@ -47,7 +47,16 @@ impl ExportTable {
 
     /// Whether rows are only appended (paged by id, with a horizon).
     pub fn is_log(self) -> bool {
-        matches!(self, ExportTable::Decisions | ExportTable::Transitions)
+        self.log_table().is_some()
+    }
+
+    /// A log's table, whose ids its horizon bounds (`None`: current state).
+    pub fn log_table(self) -> Option<&'static str> {
+        match self {
+            ExportTable::Decisions => Some("decisions"),
+            ExportTable::Transitions => Some("transitions"),
+            ExportTable::Items | ExportTable::Authors => None,
+        }
     }
 
     /// The table's columns, in order: what every format writes.

@@ -630,10 +630,9 @@ impl super::exports::Fields for SqliteFields<'_, '_> {
 #[async_trait::async_trait]
 impl super::Exports for SqliteStore {
     async fn export_horizon(&self, table: super::ExportTable) -> StoreResult<i64> {
-        match table {
-            super::ExportTable::Decisions => self.log_horizon("decisions").await,
-            super::ExportTable::Transitions => self.log_horizon("transitions").await,
-            super::ExportTable::Items | super::ExportTable::Authors => Ok(0),
+        match table.log_table() {
+            Some(log) => self.log_horizon(log).await,
+            None => Ok(0),
         }
     }
 
