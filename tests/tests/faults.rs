@@ -598,6 +598,9 @@ async fn check_invariants(
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let distinct: HashSet<&str> = accepted.iter().map(|c| c.event_id.as_str()).collect();
+    if distinct.len() < events {
+        report_undelivered(pool, &distinct).await;
+    }
     checks.push(("every transition delivered to the webhook", distinct.len() == events));
     let mut last_version: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
     let mut first_seen = HashSet::new();
@@ -620,6 +623,35 @@ async fn check_invariants(
         account_transitions_delivered(pool, &accepted).await,
     ));
     checks
+}
+
+/// Prints, for the first events the receiver never accepted, their outbox
+/// row, their deliveries and the endpoint's cursor: what a failure needs to
+/// be understood.
+async fn report_undelivered(pool: &sqlx::PgPool, accepted: &HashSet<&str>) {
+    let outbox: Vec<(String, i64, i64, String, i64)> =
+        sqlx::query_as("SELECT event_id, txid, seq, item_id, item_version FROM outbox ORDER BY txid, seq")
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    let cursors: Vec<(String, i64, i64)> = sqlx::query_as("SELECT endpoint, txid, seq FROM webhook_cursors")
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    eprintln!("undelivered events; cursors (endpoint, txid, seq) {cursors:?}, now {}", gavel::clock::now_ms());
+    for (event_id, txid, seq, subject, version) in outbox.iter().filter(|o| !accepted.contains(o.0.as_str())).take(10) {
+        let deliveries: Vec<(String, String, i64, i64, Option<String>)> = sqlx::query_as(
+            "SELECT endpoint, status, attempts, next_attempt_at, last_error FROM deliveries WHERE event_id = $1",
+        )
+        .bind(event_id)
+        .fetch_all(pool)
+        .await
+        .unwrap();
+        eprintln!(
+            "  {event_id} (txid {txid}, seq {seq}, subject {subject}, version {version}): deliveries \
+             (endpoint, status, attempts, next attempt, last error) {deliveries:?}"
+        );
+    }
 }
 
 /// Whether the account events the receiver accepted (once each, by event
