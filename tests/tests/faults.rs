@@ -641,7 +641,7 @@ async fn report_undelivered(pool: &sqlx::PgPool, accepted: &HashSet<&str>) {
     eprintln!("undelivered events; cursors (endpoint, txid, seq) {cursors:?}, now {}", gavel::clock::now_ms());
     for (event_id, txid, seq, subject, version) in outbox.iter().filter(|o| !accepted.contains(o.0.as_str())).take(10) {
         let deliveries: Vec<(String, String, i64, i64, Option<String>)> = sqlx::query_as(
-            "SELECT endpoint, status, attempts, next_attempt_at, last_error FROM deliveries WHERE event_id = $1",
+            "SELECT endpoint, status, attempts::BIGINT, next_attempt_at, last_error FROM deliveries WHERE event_id = $1",
         )
         .bind(event_id)
         .fetch_all(pool)
@@ -855,5 +855,20 @@ async fn fault_injection_suite() {
         checks.len(),
         violations.len()
     );
+    if !violations.is_empty() {
+        for p in d.apis.iter().chain(&d.workers) {
+            let log = p.log();
+            let lines: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains("deliver") || l.contains("panic") || l.contains("ERROR"))
+                .collect();
+            eprintln!(
+                "--- {} ({} lines on deliveries, panics and errors; the last 20):\n{}",
+                p.name,
+                lines.len(),
+                lines[lines.len().saturating_sub(20)..].join("\n")
+            );
+        }
+    }
     assert!(violations.is_empty(), "violated (seed {seed}): {violations:?}");
 }
