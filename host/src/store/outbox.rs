@@ -348,8 +348,7 @@ macro_rules! impl_outbox {
                     "UPDATE deliveries SET next_attempt_at = $2, attempts = attempts + 1 WHERE id IN (\
                      SELECT d.id FROM deliveries d WHERE d.status = 'pending' AND d.next_attempt_at <= $1 \
                      AND d.endpoint IN ({}) \
-                     AND NOT EXISTS (SELECT 1 FROM webhook_cursors w WHERE w.endpoint = d.endpoint \
-                     AND w.disabled_at IS NOT NULL) \
+                     AND NOT EXISTS (SELECT 1 FROM webhook_endpoints_disabled w WHERE w.endpoint = d.endpoint) \
                      AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.endpoint = d.endpoint AND e.item_id = d.item_id \
                      AND e.status = 'pending' AND e.item_version < d.item_version) \
                      AND NOT EXISTS (SELECT 1 FROM outbox o JOIN webhook_cursors c ON c.endpoint = d.endpoint \
@@ -553,8 +552,8 @@ macro_rules! impl_outbox {
                     retry_conflicts!(async {
                         let mut tx = self.begin_write().await?;
                         let disabled = sqlx::query(
-                            "UPDATE webhook_cursors SET disabled_at = $2, disabled_reason = $3 \
-                             WHERE endpoint = $1 AND disabled_at IS NULL",
+                            "INSERT INTO webhook_endpoints_disabled (endpoint, disabled_at, reason) VALUES ($1, $2, $3) \
+                             ON CONFLICT (endpoint) DO NOTHING",
                         )
                         .bind(endpoint)
                         .bind(now)
@@ -583,10 +582,7 @@ macro_rules! impl_outbox {
                 async fn enable_endpoint(&self, endpoint: &str, actor: &str, now: Millis) -> StoreResult<bool> {
                     retry_conflicts!(async {
                         let mut tx = self.begin_write().await?;
-                        let enabled = sqlx::query(
-                            "UPDATE webhook_cursors SET disabled_at = NULL, disabled_reason = NULL \
-                             WHERE endpoint = $1 AND disabled_at IS NOT NULL",
-                        )
+                        let enabled = sqlx::query("DELETE FROM webhook_endpoints_disabled WHERE endpoint = $1")
                         .bind(endpoint)
                         .execute(&mut *tx)
                         .await?
@@ -602,9 +598,10 @@ macro_rules! impl_outbox {
 
                 async fn webhook_endpoints(&self) -> StoreResult<Vec<EndpointState>> {
                     let rows = sqlx::query_as::<_, (String, Option<i64>, Option<String>, i64)>(
-                        "SELECT c.endpoint, c.disabled_at, c.disabled_reason, \
+                        "SELECT c.endpoint, w.disabled_at, w.reason, \
                          (SELECT COUNT(*) FROM deliveries d WHERE d.endpoint = c.endpoint AND d.status = 'pending') \
-                         FROM webhook_cursors c ORDER BY c.endpoint",
+                         FROM webhook_cursors c LEFT JOIN webhook_endpoints_disabled w ON w.endpoint = c.endpoint \
+                         ORDER BY c.endpoint",
                     )
                     .fetch_all(self.read_pool())
                     .await?;
