@@ -180,6 +180,9 @@ async fn gone_disables_the_endpoint_until_it_is_enabled(setup: Setup) {
         c.delivery.retry_max_ms = 20;
         c.delivery.max_attempts = 3;
         c.delivery.poll_interval_ms = 20;
+        // One request at a time, so exactly one is answered 410 (with more,
+        // requests already in flight when it comes are answered 410 too).
+        c.delivery.concurrency = 1;
     })
     .await;
     submit_settled(&s, "gone", 3).await;
