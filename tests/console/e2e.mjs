@@ -332,6 +332,69 @@ try {
   check((await rows.first().getAttribute("data-item")) === xssItem, "the search row is the XSS item");
   await shot(pageA, "search.png");
 
+  step("i2. lists: add and remove with a reason, history, diff, a stale edit refused");
+  const list = "console-terms";
+  const created = await fetch(`${base}/v1/lists/${list}`, {
+    method: "PUT",
+    headers: { Authorization: `Bearer ${modToken}`, "Content-Type": "application/json" },
+    body: JSON.stringify({
+      kind: "terms",
+      reason: "seeded by the browser test",
+      entries: [{ value: "free money", note: XSS_SCRIPT }, { value: "crypto giveaway" }],
+    }),
+  });
+  check(created.status === 201, `creating list ${list} answered ${created.status}`);
+  const listPath = `/console/lists/${list}`;
+  const versionShown = async (page) => Number(await page.locator("#list-version").getAttribute("data-version"));
+  await open(pageA, "/console/lists");
+  check((await pageA.locator(`tr[data-list="${list}"]`).count()) === 1, `no row for ${list} on /console/lists`);
+  await shot(pageA, "lists.png");
+  await navigate(pageA, () => pageA.click(`tr[data-list="${list}"] a`));
+  check(pathOf(pageA) === listPath, `the list link led to ${pageA.url()}`);
+  check((await versionShown(pageA)) === 1, "the new list is not at version 1");
+  check((await pageA.locator("table#entries tr[data-entry]").count()) === 2, "the list does not show its 2 entries");
+  await pageA.fill("form#add-entry input[name=value]", "win a prize");
+  await pageA.fill("form#add-entry input[name=note]", "seen in a spam wave");
+  await pageA.fill("form#add-entry input[name=reason]", "a new scam phrase");
+  await navigate(pageA, () => pageA.click("form#add-entry button"));
+  check(pathOf(pageA) === listPath, `adding an entry landed on ${pageA.url()}`);
+  check((await versionShown(pageA)) === 2, "adding an entry did not make version 2");
+  check((await pageA.locator('tr[data-entry="win a prize"]').count()) === 1, "the added entry is not listed");
+  await open(pageA, `${listPath}?q=prize`);
+  check((await pageA.locator("table#entries tr[data-entry]").count()) === 1, "searching 'prize' did not find one entry");
+  await open(pageA, listPath);
+  const giveaway = pageA.locator('tr[data-entry="crypto giveaway"]');
+  await giveaway.locator("input[name=reason]").fill("no longer seen");
+  await navigate(pageA, () => giveaway.locator("button").click());
+  check((await versionShown(pageA)) === 3, "removing an entry did not make version 3");
+  check((await pageA.locator('tr[data-entry="crypto giveaway"]').count()) === 0, "the removed entry is still listed");
+  check((await pageA.locator("table#versions tr[data-version]").count()) === 3, "the history does not show 3 versions");
+  await shot(pageA, "list.png");
+  await navigate(pageA, () => pageA.click('table#versions tr[data-version="3"] a.diff'));
+  const removedRow = pageA.locator("table#diff tr.removed");
+  check((await removedRow.count()) === 1, "the diff of version 3 does not show one removed entry");
+  check((await removedRow.textContent()).includes("crypto giveaway"), "the diff names another entry");
+  await shot(pageA, "list-diff.png");
+  // B opens version 3; A edits; B's edit, based on version 3, is refused.
+  await open(pageB, listPath);
+  await open(pageA, listPath);
+  await pageA.fill("form#add-entry input[name=value]", "claim your reward");
+  await pageA.fill("form#add-entry input[name=reason]", "another phrase");
+  await navigate(pageA, () => pageA.click("form#add-entry button"));
+  check((await versionShown(pageA)) === 4, "A's edit did not make version 4");
+  await pageB.fill("form#add-entry input[name=value]", "stale phrase");
+  await pageB.fill("form#add-entry input[name=reason]", "based on version 3");
+  await navigate(pageB, () => pageB.click("form#add-entry button"), 409);
+  check(
+    ((await pageB.locator("#error").textContent()) || "").includes("changed since"),
+    "the stale edit's page does not say the list changed",
+  );
+  const now = await (
+    await fetch(`${base}/v1/lists/${list}`, { headers: { Authorization: `Bearer ${modToken}` } })
+  ).json();
+  check(now.version === 4, `the list is at version ${now.version} after the refused edit`);
+  check(!now.entries.some((e) => e.value === "stale phrase"), "the refused edit was written");
+
   step("j. sign out");
   const session = await cookie(A.context, "gavel_session");
   // The contract names the form, not its control.

@@ -228,9 +228,12 @@ async fn prepare(
     .expect("checking a list does not panic")
 }
 
-/// Writes a prepared version and serves it here once written: 201 for a
-/// new list, else 200, with the version as `ETag`.
-async fn write(state: &AppState, edit: NewListVersion<'_>, mut compiled: CompiledList) -> Result<Response, ApiError> {
+/// Writes a prepared version and serves it here once written.
+async fn store_version(
+    state: &AppState,
+    edit: NewListVersion<'_>,
+    mut compiled: CompiledList,
+) -> Result<ListSummary, ApiError> {
     let created = edit.if_match.is_none();
     let outcome = state.store.write_list(&edit).await?;
     let version = match outcome {
@@ -284,7 +287,15 @@ async fn write(state: &AppState, edit: NewListVersion<'_>, mut compiled: Compile
         created_at: edit.now,
     };
     let served = state.lists.served().remove(edit.name);
-    let mut response = with_etag(version, summary(record, served));
+    Ok(summary(record, served))
+}
+
+/// [`store_version`] answered: 201 for a new list, else 200, with the
+/// version as `ETag`.
+async fn write(state: &AppState, edit: NewListVersion<'_>, compiled: CompiledList) -> Result<Response, ApiError> {
+    let created = edit.if_match.is_none();
+    let written = store_version(state, edit, compiled).await?;
+    let mut response = with_etag(written.version, written);
     if created {
         *response.status_mut() = StatusCode::CREATED;
     }
@@ -444,10 +455,27 @@ pub async fn patch(
             "send `If-Match: VERSION`, the list version the edit is based on",
         ));
     };
-    check_reason(&req.reason)?;
+    let written = edit_entries(&state, &name, if_match, req.add, &req.remove, &req.reason, &caller.name).await?;
+    Ok(with_etag(written.version, written))
+}
+
+/// Adds and removes entries of list `name`, at version `if_match` only
+/// (else 409, nothing written), as `actor` for `reason`: what `PATCH`
+/// does, and the console's add and remove.
+pub(crate) async fn edit_entries(
+    state: &AppState,
+    name: &str,
+    if_match: i64,
+    add: Vec<Entry>,
+    remove: &[String],
+    reason: &str,
+    actor: &str,
+) -> Result<ListSummary, ApiError> {
+    check_name(name)?;
+    check_reason(reason)?;
     let current = state
         .store
-        .list_content(&name, None)
+        .list_content(name, None)
         .await?
         .ok_or_else(|| ApiError::not_found("list"))?;
     if current.record.version != if_match {
@@ -460,20 +488,20 @@ pub async fn patch(
         ));
     }
     let kind = current.record.kind;
-    let entries = apply_patch(kind, current.entries, req.add, &req.remove).map_err(entry_error)?;
-    let (entries, digest, compiled) = prepare(&state.lists, &name, kind, entries).await?;
+    let entries = apply_patch(kind, current.entries, add, remove).map_err(entry_error)?;
+    let (entries, digest, compiled) = prepare(&state.lists, name, kind, entries).await?;
     let edit = NewListVersion {
-        name: &name,
+        name,
         kind,
         if_match: Some(if_match),
         entries: &entries,
         digest: &digest,
-        actor_name: &caller.name,
-        reason: &req.reason,
+        actor_name: actor,
+        reason,
         max_lists: state.config.lists.max_lists,
         now: crate::clock::now_ms(),
     };
-    write(&state, edit, compiled).await
+    store_version(state, edit, compiled).await
 }
 
 /// `current` (canonical) without `remove` and with `add`: an added value

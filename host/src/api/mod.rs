@@ -27,6 +27,7 @@ pub use error::{ApiError, ErrorBody};
 pub use events::{EventRequest, EventResponse};
 pub use items::ItemView;
 pub use limits::AuthorLimiter;
+pub(crate) use lists::edit_entries;
 pub use moderation::{decide, may_set};
 pub use providers::CallbackResponse;
 pub use submit::{SubmitRequest, SubmitResponse};

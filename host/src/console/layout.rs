@@ -29,6 +29,7 @@ pub fn page_shell(title: &str, session: Option<&SignedIn>, body: Markup) -> Mark
                             a href="/console/queue" { "Queue" }
                             a href="/console/plugins" { "Plugins" }
                             a href="/console/operations" { "Operations" }
+                            a href="/console/lists" { "Lists" }
                             form.search method="get" action="/console/search" {
                                 input type="search" name="q" placeholder="item id, external id or author"
                                     aria-label="Search";

@@ -5,7 +5,8 @@
 //! a decision goes through [`crate::api::decide`] (the same conditional
 //! transition, audit row, reversal count and outbox event as
 //! `POST /v1/items/{id}/moderation`), with the version the page showed as
-//! `If-Match`. What the console adds is its own state: sign-in sessions and
+//! `If-Match`; a list edit goes through the code of `PATCH /v1/lists/{name}`,
+//! based on the version the page showed. What the console adds is its own state: sign-in sessions and
 //! exclusive review claims ([`crate::store::Review`]).
 //!
 //! Security, page by page:
@@ -21,6 +22,7 @@
 
 mod item;
 mod layout;
+mod lists;
 mod pages;
 mod queue;
 mod session;
@@ -48,6 +50,11 @@ pub fn router(state: AppState) -> Router {
         .route("/dead-letters/{id}/replay", post(pages::replay_dead_letter))
         .route("/deliveries/{id}/replay", post(pages::replay_delivery))
         .route("/webhooks/{endpoint}/enable", post(pages::enable_endpoint))
+        .route("/lists", get(lists::lists_page))
+        .route("/lists/{name}", get(lists::list_page))
+        .route("/lists/{name}/diff", get(lists::diff_page))
+        .route("/lists/{name}/add", post(lists::add_entry))
+        .route("/lists/{name}/remove", post(lists::remove_entry))
         .route("/search", get(pages::search_page))
         .route("/assets/console.css", get(stylesheet))
         .route("/assets/console.js", get(script))

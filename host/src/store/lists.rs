@@ -16,7 +16,7 @@ pub struct ListVersionRecord {
     pub name: String,
     pub kind: ListKind,
     pub version: i64,
-    /// sha256 of the canonical entries (see `host/src/lists/entries.rs`).
+    /// sha256 of the canonical entries (see `host/src/domain/lists.rs`).
     pub digest: String,
     pub entry_count: i64,
     /// The moderator token's name that made this version.
