@@ -653,7 +653,10 @@ async fn report_undelivered(pool: &sqlx::PgPool, accepted: &HashSet<&str>) {
         .fetch_all(pool)
         .await
         .unwrap();
-    eprintln!("undelivered events; cursors (endpoint, txid, seq) {cursors:?}, now {}", gavel::clock::now_ms());
+    eprintln!(
+        "undelivered events; cursors (endpoint, txid, seq) {cursors:?}, now {}",
+        gavel::clock::now_ms()
+    );
     for (event_id, txid, seq, subject, version) in outbox.iter().filter(|o| !accepted.contains(o.0.as_str())).take(10) {
         let deliveries: Vec<(String, String, i64, i64, Option<String>)> = sqlx::query_as(
             "SELECT endpoint, status, attempts::BIGINT, next_attempt_at, last_error FROM deliveries WHERE event_id = $1",

@@ -180,14 +180,15 @@ pub async fn diff_page(
     Path(name): Path<String>,
     Query(query): Query<DiffQuery>,
 ) -> Result<Response, PageError> {
-    let load = |version: i64| {
-        let (state, name) = (state.clone(), name.clone());
-        async move {
-            state.store.list_content(&name, Some(version)).await?.ok_or_else(|| {
-                PageError::new(StatusCode::NOT_FOUND, &format!("The list has no version {version}."))
-            })
-        }
-    };
+    let load =
+        |version: i64| {
+            let (state, name) = (state.clone(), name.clone());
+            async move {
+                state.store.list_content(&name, Some(version)).await?.ok_or_else(|| {
+                    PageError::new(StatusCode::NOT_FOUND, &format!("The list has no version {version}."))
+                })
+            }
+        };
     let (from, to) = (load(query.from).await?, load(query.to).await?);
     let changes = diff(&from.entries, &to.entries);
     let note = |n: &Option<String>| n.clone().unwrap_or_default();
@@ -233,7 +234,10 @@ pub async fn add_entry(
 ) -> Result<Response, PageError> {
     session.check_csrf(form.csrf.as_deref())?;
     let note = Some(form.note.trim().to_string()).filter(|n| !n.is_empty());
-    let entry = Entry { value: form.value, note };
+    let entry = Entry {
+        value: form.value,
+        note,
+    };
     edit(&state, &session, &name, form.version, vec![entry], &[], &form.reason).await
 }
 
@@ -245,7 +249,16 @@ pub async fn remove_entry(
     ConsoleForm(form): ConsoleForm<EditForm>,
 ) -> Result<Response, PageError> {
     session.check_csrf(form.csrf.as_deref())?;
-    edit(&state, &session, &name, form.version, Vec::new(), &[form.value], &form.reason).await
+    edit(
+        &state,
+        &session,
+        &name,
+        form.version,
+        Vec::new(),
+        &[form.value],
+        &form.reason,
+    )
+    .await
 }
 
 async fn edit(
