@@ -128,6 +128,7 @@ impl Judgement {
                     error: e.error.clone(),
                     decided_at: self.started_at.max(p.loaded_at_ms),
                     inputs: self.inputs.get(i).cloned(),
+                    lists: e.lists.clone(),
                 }
             })
             .collect()

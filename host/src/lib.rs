@@ -98,7 +98,15 @@ pub async fn serve_with_metrics(
     // Every webhook endpoint's and provider's secrets (generated on first start when none is configured).
     let keyring = Arc::new(secrets::Keyring::load(&config)?);
     let store = store::open(&config.store_options()).await?;
-    let engine = Arc::new(rules::RuleEngine::new(config.limits.clone())?.with_cache(&config.data_dir.join("cache"))?);
+    // Every list compiled before the first evaluation or request; then kept
+    // current (the poll starts below). Rules consult them through the engine.
+    let lists = Arc::new(lists::ServedLists::new(config.lists.clone(), metrics.clone()));
+    lists.refresh(store.as_ref()).await?;
+    let engine = Arc::new(
+        rules::RuleEngine::new(config.limits.clone())?
+            .with_cache(&config.data_dir.join("cache"))?
+            .with_lists(lists.clone()),
+    );
     let pool = Arc::new(rules::EvaluationPool::new(config.evaluation.threads)?);
     let cancel = CancellationToken::new();
     let mut tasks = tokio::task::JoinSet::new();
@@ -139,9 +147,6 @@ pub async fn serve_with_metrics(
         start_evaluating(&mut tasks, shared, &worker, dispatcher, &cancel).await?;
     }
 
-    // Every list compiled before the first request; then kept current.
-    let lists = Arc::new(lists::ServedLists::new(config.lists.clone(), metrics.clone()));
-    lists.refresh(store.as_ref()).await?;
     tasks.spawn(lists.clone().poll(store.clone(), cancel.clone()));
 
     let state = api::AppState::new(api::StateParts {

@@ -52,6 +52,9 @@
 //!   and builders for [`Decision`] and [`PluginInfo`].
 //! - [`log`]: the host's log import, captured by the harness when native.
 //! - [`spec`] (feature `spec`): snapshots and test cases as JSON.
+//! - [`lists`]: the lists moderators edit at runtime, consulted through
+//!   the host (`find_terms`, `match_patterns`, `match_domain`, `contains`,
+//!   `in_cidrs`).
 //! - [`text`] (feature `text`): the word folding whole-word matching uses,
 //!   shared by the host's `terms` lists and the banned-terms example.
 //! - [`testing`] (native targets only): the test harness; with feature
@@ -72,6 +75,7 @@ pub mod bindings {
 }
 
 mod helpers;
+pub mod lists;
 pub mod log;
 #[cfg(feature = "spec")]
 pub mod spec;

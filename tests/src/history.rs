@@ -70,6 +70,7 @@ pub async fn seed_evaluations(
                             decided_at: now,
                             inputs: Some(inputs.clone()),
                             weighs: false,
+                            lists: Vec::new(),
                         })
                         .collect(),
                     reason: "seeded".into(),

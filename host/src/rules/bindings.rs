@@ -6,4 +6,5 @@ wasmtime::component::bindgen!({
     world: "rule",
 });
 
+pub use self::gavel::rules::lists::ListError;
 pub use self::gavel::rules::types::{AuthorStats, Event, Item, Level, Phase, Standing, Verdict};

@@ -36,6 +36,18 @@ pub struct Evaluation {
     pub error: Option<String>,
     #[serde(rename = "duration_us", serialize_with = "micros")]
     pub duration: Duration,
+    /// The lists the rule consulted, each at the version it answered from.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub lists: Vec<ListUse>,
+}
+
+/// A list an evaluation consulted: stamped on its decision like the code.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct ListUse {
+    pub name: String,
+    pub version: i64,
+    /// sha256 of the version's canonical entries.
+    pub digest: String,
 }
 
 fn micros<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {

@@ -25,7 +25,7 @@ mod watcher;
 pub use bindings::{AuthorStats, Event, Item, Snapshot, Standing};
 pub use breaker::{Admission, Breaker, BreakerChange, BreakerConfig};
 pub use cache::CompileCache;
-pub use evaluation::{Decision, Evaluation, HostError, PluginStamp};
+pub use evaluation::{Decision, Evaluation, HostError, ListUse, PluginStamp};
 pub use limits::{MEMORY_CEILING_BYTES, RuntimeLimits};
 pub use plugin::{LoadError, LoadErrorKind, LoadedPlugin, PluginInfo, valid_name};
 pub use pool::EvaluationPool;
@@ -66,6 +66,9 @@ pub struct RuleEngine {
     limits: RuntimeLimits,
     /// Compiled components by digest, when a data directory is configured.
     cache: Option<CompileCache>,
+    /// The lists rules consult (`gavel:rules/lists`); none in the author's
+    /// commands, where a lookup answers `unknown`.
+    lists: Option<Arc<crate::lists::ServedLists>>,
     ticker: EpochTicker,
 }
 
@@ -126,6 +129,7 @@ impl RuleEngine {
             linker,
             limits,
             cache: None,
+            lists: None,
             ticker,
         })
     }
@@ -134,6 +138,12 @@ impl RuleEngine {
     pub fn with_cache(mut self, dir: &std::path::Path) -> anyhow::Result<Self> {
         self.cache = Some(CompileCache::new(dir)?);
         Ok(self)
+    }
+
+    /// Answers rules' list lookups from `lists`.
+    pub fn with_lists(mut self, lists: Arc<crate::lists::ServedLists>) -> Self {
+        self.lists = Some(lists);
+        self
     }
 
     /// The compilation cache, if any.
@@ -153,7 +163,7 @@ impl RuleEngine {
     fn new_store(&self, plugin: Arc<PluginStamp>, memory_bytes: usize, deadline: Duration) -> Store<Sandbox> {
         let mut store = Store::new(
             &self.engine,
-            Sandbox::new(plugin, memory_bytes, self.limits.max_log_lines),
+            Sandbox::new(plugin, memory_bytes, self.limits.max_log_lines, self.lists.clone()),
         );
         store.limiter(|s| &mut s.limiter);
         let tick = self.limits.epoch_tick;
@@ -333,6 +343,7 @@ impl RuleEngine {
             decision,
             error,
             duration,
+            lists: store.data().lists_consulted(),
         })
     }
 

@@ -1,8 +1,11 @@
 //! The per-evaluation store data: a locked-down WASI context, the memory
-//! limiter and the `host` import a rule can call.
+//! limiter and the `host` and `lists` imports a rule can call.
 
-use super::bindings::{self, Level};
+use super::bindings::{self, Level, ListError};
 use super::capture::Capture;
+use super::evaluation::ListUse;
+use crate::lists::{CompiledList, ServedLists, WrongKind};
+use std::sync::Arc;
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -22,7 +25,7 @@ pub(crate) struct Sandbox {
     stderr: Capture,
     /// Tags the rule's log lines.
     /// Who is running: every log line is tagged with its name and version.
-    plugin: std::sync::Arc<super::PluginStamp>,
+    plugin: Arc<super::PluginStamp>,
     /// Log lines one call may write, and what is left of it in this call.
     log_lines: u32,
     log_budget: u32,
@@ -39,12 +42,23 @@ pub(crate) struct Sandbox {
     /// Set when the wall cap, not the CPU budget, ended the call: the host
     /// was overloaded, the rule did nothing wrong.
     pub(crate) overloaded: bool,
+    /// The lists this process serves, if any.
+    lists: Option<Arc<ServedLists>>,
+    /// The lists this call consulted, each pinned at the version it first
+    /// answered from: one call sees one version of a list, and its
+    /// decision names it.
+    consulted: Vec<Arc<CompiledList>>,
 }
 
 impl Sandbox {
     /// A sandbox with no preopened directories, no environment, no arguments
     /// and no network: a rule sees only what the snapshot hands it.
-    pub(crate) fn new(plugin: std::sync::Arc<super::PluginStamp>, memory_bytes: usize, log_budget: u32) -> Self {
+    pub(crate) fn new(
+        plugin: Arc<super::PluginStamp>,
+        memory_bytes: usize,
+        log_budget: u32,
+        lists: Option<Arc<ServedLists>>,
+    ) -> Self {
         let stdout = Capture::new(CAPTURED_OUTPUT_BYTES);
         let stderr = Capture::new(CAPTURED_OUTPUT_BYTES);
         let wasi = WasiCtx::builder()
@@ -69,6 +83,8 @@ impl Sandbox {
             wall_started: std::time::Instant::now(),
             wall_cap: std::time::Duration::MAX,
             overloaded: false,
+            lists,
+            consulted: Vec::new(),
         }
     }
 
@@ -85,6 +101,34 @@ impl Sandbox {
         self.cpu_budget = budget;
         self.wall_started = std::time::Instant::now();
         self.wall_cap = wall_cap;
+        self.consulted.clear();
+    }
+
+    /// The lists this call consulted, with the version each answered from.
+    pub(crate) fn lists_consulted(&self) -> Vec<ListUse> {
+        self.consulted
+            .iter()
+            .map(|l| ListUse {
+                name: l.name.clone(),
+                version: l.version,
+                digest: l.digest.clone(),
+            })
+            .collect()
+    }
+
+    /// List `name` as this call sees it: the version it first consulted, or
+    /// the one served now (then pinned).
+    fn list(&mut self, name: &str) -> Result<Arc<CompiledList>, ListError> {
+        if let Some(list) = self.consulted.iter().find(|l| l.name == name) {
+            return Ok(list.clone());
+        }
+        let list = self
+            .lists
+            .as_ref()
+            .and_then(|l| l.get(name))
+            .ok_or(ListError::Unknown)?;
+        self.consulted.push(list.clone());
+        Ok(list)
     }
 
     /// CPU time this call has used so far.
@@ -137,6 +181,38 @@ impl bindings::gavel::rules::host::Host for Sandbox {
             Level::Warn => tracing::warn!(target: "plugin", plugin, plugin_version, "{message}"),
             Level::Error => tracing::error!(target: "plugin", plugin, plugin_version, "{message}"),
         }
+    }
+}
+
+/// A lookup on a list of another kind.
+fn wrong_kind(e: WrongKind) -> ListError {
+    ListError::WrongKind(e.kind.to_string())
+}
+
+impl bindings::gavel::rules::lists::Host for Sandbox {
+    fn find_terms(&mut self, list: String, text: String) -> Result<Vec<String>, ListError> {
+        self.list(&list)?.find_terms(&text).map_err(wrong_kind)
+    }
+
+    fn match_patterns(&mut self, list: String, text: String) -> Result<Vec<String>, ListError> {
+        self.list(&list)?.match_patterns(&text).map_err(wrong_kind)
+    }
+
+    fn match_domain(&mut self, list: String, host: String) -> Result<Option<String>, ListError> {
+        self.list(&list)?.match_domain(&host).map_err(wrong_kind)
+    }
+
+    fn contains(&mut self, list: String, value: String) -> Result<bool, ListError> {
+        self.list(&list)?.contains(&value).map_err(wrong_kind)
+    }
+
+    fn in_cidrs(&mut self, list: String, ip: String) -> Result<Option<String>, ListError> {
+        let list = self.list(&list)?;
+        let ip: std::net::IpAddr = ip
+            .trim()
+            .parse()
+            .map_err(|_| ListError::Invalid(format!("{:?} is not an IP address", truncate_str(&ip, 64))))?;
+        Ok(list.in_cidrs(ip).map_err(wrong_kind)?.map(|net| net.to_string()))
     }
 }
 

@@ -72,6 +72,8 @@ pub struct NewDecision {
     /// in the decision's transaction only then: a decision that cannot
     /// change the score queues nothing.
     pub weighs: bool,
+    /// The lists the rule consulted, at the versions it used.
+    pub lists: Vec<crate::rules::ListUse>,
 }
 
 /// A stored decision.
@@ -104,6 +106,8 @@ pub struct DecisionRecord {
     pub snapshot_digest: Option<String>,
     /// sha256 (hex) of the plugin config the rule ran with.
     pub config_digest: Option<String>,
+    /// The lists the rule consulted, each at the version it answered from.
+    pub lists: Vec<crate::rules::ListUse>,
 }
 
 /// A stored transition: the audit trail.

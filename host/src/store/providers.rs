@@ -286,6 +286,7 @@ macro_rules! impl_providers {
                     decided_at: cb.now,
                     inputs: None,
                     weighs: cb.weighs,
+                    lists: Vec::new(),
                 };
                 txn::insert_decisions(tx, &[(cb.item_id.as_str(), item_version, &decision)]).await?;
                 sqlx::query(

@@ -31,7 +31,7 @@ pub(super) const ITEM_COLUMNS: &str = "id, client, external_id, kind, author, bo
 /// A decision's columns, over [`DECISIONS_FROM`].
 pub(super) const DECISION_COLUMNS: &str = "d.id, d.item_id, d.item_version, d.plugin, p.version AS plugin_version, \
      p.digest AS plugin_digest, d.phase, d.verdict, d.score, d.labels, d.reason, d.mode, d.applied, d.duration_us, \
-     d.outcome, d.error, d.created_at, d.reversed_at, d.snapshot_digest, d.config_digest";
+     d.outcome, d.error, d.created_at, d.reversed_at, d.snapshot_digest, d.config_digest, d.lists";
 
 /// Decisions with the code that made them (`d`, `p`).
 pub(super) const DECISIONS_FROM: &str = "decisions d JOIN plugin_refs p ON p.id = d.plugin_ref";
@@ -106,8 +106,8 @@ macro_rules! impl_shared {
                         format!(
                             "INSERT INTO decisions (item_id, item_version, plugin, plugin_ref, \
                              phase, verdict, score, labels, reason, mode, applied, duration_us, outcome, error, \
-                             created_at, snapshot_digest, config_digest) VALUES {}",
-                            values(n, 17)
+                             created_at, snapshot_digest, config_digest, lists) VALUES {}",
+                            values(n, 18)
                         )
                     });
                     let mut q = sqlx::query(sql);
@@ -134,7 +134,8 @@ macro_rules! impl_shared {
                             .bind(d.error.as_deref())
                             .bind(d.decided_at)
                             .bind(d.inputs.as_ref().map(|i| i.snapshot.digest.as_str()))
-                            .bind(d.inputs.as_ref().map(|i| i.config.digest.as_str()));
+                            .bind(d.inputs.as_ref().map(|i| i.config.digest.as_str()))
+                            .bind(rows::lists_json(&d.lists));
                     }
                     q.execute(&mut **tx).await?;
                 }
@@ -502,6 +503,7 @@ macro_rules! impl_shared {
                     reversed_at: row.try_get("reversed_at")?,
                     snapshot_digest: row.try_get("snapshot_digest")?,
                     config_digest: row.try_get("config_digest")?,
+                    lists: rows::lists(row.try_get::<Option<&str>, _>("lists")?)?,
                 })
             }
 

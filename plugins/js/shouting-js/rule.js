@@ -13,11 +13,11 @@
 // counts as shouting; three `!` or more in a row turn a hold into a reject,
 // and so does an author whose account standing is not `good`.
 
-import { log } from "gavel:rules/host@0.3.0";
+import { log } from "gavel:rules/host@0.3.1";
 
-/** @typedef {import("gavel:rules/types@0.3.0").Snapshot} Snapshot */
-/** @typedef {import("gavel:rules/types@0.3.0").Decision} Decision */
-/** @typedef {import("gavel:rules/types@0.3.0").PluginInfo} PluginInfo */
+/** @typedef {import("gavel:rules/types@0.3.1").Snapshot} Snapshot */
+/** @typedef {import("gavel:rules/types@0.3.1").Decision} Decision */
+/** @typedef {import("gavel:rules/types@0.3.1").PluginInfo} PluginInfo */
 
 /**
  * A numeric config value, or `fallback` when absent. A value that does not

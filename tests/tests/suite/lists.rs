@@ -503,7 +503,144 @@ async fn an_edit_reaches_a_second_process_within_a_second(setup: Setup) {
     first.stop().await.unwrap();
 }
 
+/// list-probe's decision on an item, once it settled.
+async fn probe_decision(s: &TestServer, text: &str, context: Value) -> Value {
+    let id = s.submit_with("reader", text, context).await;
+    let item = s.settled(&id).await;
+    item["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["plugin"] == "list-probe")
+        .unwrap_or_else(|| panic!("no list-probe decision on {item}"))
+        .clone()
+}
+
+fn labels(decision: &Value) -> Vec<&str> {
+    let mut l: Vec<&str> = decision["labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    l.sort();
+    l
+}
+
+/// The (name, version, digest) of each list a decision consulted, by name.
+fn consulted(decision: &Value) -> Vec<(String, i64, String)> {
+    let mut l: Vec<(String, i64, String)> = decision["lists"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["name"].as_str().unwrap().to_string(),
+                l["version"].as_i64().unwrap(),
+                l["digest"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    l.sort();
+    l
+}
+
+/// Rules consult lists through `gavel:rules/lists` (docs/RELIABILITY.md
+/// L7): each kind answers from the matcher of the version served, an edit
+/// is answered from its new version at once, a wrong kind, an unknown list
+/// and a bad address are refused by name, and every decision names the
+/// lists it consulted with the version and digest each answered from.
+async fn rules_consult_lists_and_decisions_name_their_versions(setup: Setup) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
+    std::fs::copy(
+        gavel_tests::guests::LIST_PROBE,
+        dir.path().join("plugins/list-probe.wasm"),
+    )
+    .unwrap();
+    let s = TestServer::start_in(dir, setup, |_| {}).await;
+    let mut digests = std::collections::BTreeMap::new();
+    for (name, kind, entries) in [
+        ("scam", "terms", vec!["purple giraffe"]),
+        ("shady", "patterns", vec!["w[i1]n big"]),
+        ("blocked", "domains", vec!["bit.ly", "x.bit.ly"]),
+        ("hashes", "strings", vec!["abc123"]),
+        ("nets", "cidrs", vec!["10.0.0.0/8", "10.1.0.0/16", "2001:db8::/32"]),
+    ] {
+        let entries: Vec<Value> = entries.iter().map(|v| json!({"value": v})).collect();
+        let (status, body) = put(
+            &s,
+            &s.moderator,
+            name,
+            None,
+            &json!({"kind": kind, "reason": "test", "entries": entries}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        digests.insert(name.to_string(), body["digest"].as_str().unwrap().to_string());
+    }
+    let all = json!({
+        "terms": "scam", "patterns": "shady", "domains": "blocked", "host": "a.x.bit.ly",
+        "strings": "hashes", "value": "abc123", "cidrs": "nets", "ip": "10.1.2.3",
+    });
+    let d = probe_decision(&s, "PURPLE Giraffe!! w1n big today", all).await;
+    assert_eq!(d["verdict"], "reject", "{d}");
+    assert_eq!(
+        labels(&d),
+        [
+            "cidrs:10.1.0.0/16",
+            "domains:x.bit.ly",
+            "patterns:w[i1]n big",
+            "strings:abc123",
+            "terms:purple giraffe"
+        ],
+        "{d}"
+    );
+    let expected: Vec<(String, i64, String)> = digests.iter().map(|(n, g)| (n.clone(), 1, g.clone())).collect();
+    assert_eq!(consulted(&d), expected);
+
+    // An edit is answered from its version at once (this process serves it
+    // before the API answers), and the decision names the new digest.
+    let (status, body) = patch(
+        &s,
+        &s.moderator,
+        "scam",
+        Some(1),
+        &json!({"reason": "new", "add": [{"value": "green lemur"}]}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let d = probe_decision(&s, "a Green-Lemur, and nothing else", json!({"terms": "scam"})).await;
+    assert_eq!(labels(&d), ["terms:green lemur"], "{d}");
+    assert_eq!(
+        consulted(&d),
+        [("scam".to_string(), 2, body["digest"].as_str().unwrap().to_string())]
+    );
+    assert_ne!(body["digest"].as_str().unwrap(), digests["scam"]);
+
+    // Refusals by name; an unknown list is not recorded, a consulted one is.
+    let d = probe_decision(
+        &s,
+        "nothing here",
+        json!({"terms": "nets", "strings": "nope", "cidrs": "nets", "ip": "not-an-ip", "domains": "blocked", "host": "example.org"}),
+    )
+    .await;
+    assert_eq!(d["verdict"], "allow", "{d}");
+    let l = labels(&d);
+    assert_eq!(l.len(), 3, "{d}");
+    assert!(l[0].starts_with("cidrs!invalid=") && l[0].contains("not-an-ip"), "{d}");
+    assert_eq!(l[1..], ["strings!unknown", "terms!wrong-kind=cidrs"], "{d}");
+    let names: Vec<String> = consulted(&d).into_iter().map(|(n, ..)| n).collect();
+    assert_eq!(names, ["blocked", "nets"], "{d}");
+
+    // A decision that consulted none carries an empty list.
+    let d = probe_decision(&s, "plain", json!({})).await;
+    assert_eq!(d["lists"], json!([]), "{d}");
+    s.stop().await.unwrap();
+}
+
 gavel_tests::both!(
+    rules_consult_lists_and_decisions_name_their_versions,
     edits_are_versioned_and_fenced_by_if_match,
     two_moderators_race_and_one_wins,
     bad_and_hostile_entries_are_refused_by_name,

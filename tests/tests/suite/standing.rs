@@ -832,6 +832,7 @@ fn action(verdict: Verdict, labels_of: &[&str]) -> NewDecision {
         decided_at: now_ms(),
         inputs: None,
         weighs: weighted().weighs(Mode::Enforce, true, Outcome::Ok, Some(verdict), &labels(labels_of)),
+        lists: Vec::new(),
     }
 }
 

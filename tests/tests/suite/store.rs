@@ -127,6 +127,7 @@ pub(crate) fn decision(plugin: &str) -> NewDecision {
         decided_at: now_ms(),
         inputs: None,
         weighs: true,
+        lists: Vec::new(),
     }
 }
 

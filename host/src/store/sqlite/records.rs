@@ -49,8 +49,8 @@ pub(super) fn insert_decisions(
     }
     let mut insert = conn.prepare_cached(
         "INSERT INTO decisions (item_id, item_version, plugin, plugin_ref, phase, verdict, score, labels, reason, \
-         mode, applied, duration_us, outcome, error, created_at, snapshot_digest, config_digest) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+         mode, applied, duration_us, outcome, error, created_at, snapshot_digest, config_digest, lists) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
     )?;
     let mut striking = false;
     let mut now = 0;
@@ -73,6 +73,7 @@ pub(super) fn insert_decisions(
             d.decided_at,
             d.inputs.as_ref().map(|i| i.snapshot.digest.as_str()),
             d.inputs.as_ref().map(|i| i.config.digest.as_str()),
+            crate::store::rows::lists_json(&d.lists),
         ])?;
         striking |= d.weighs;
         now = now.max(d.decided_at);
