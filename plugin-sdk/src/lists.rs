@@ -4,9 +4,13 @@
 //! serves. Within one evaluation a list answers from one version, and the
 //! decision records every list consulted with that version and its digest.
 //!
-//! ```ignore
-//! use gavel_plugin_sdk::lists;
-//! let found = lists::find_terms("scam-phrases", &snapshot.item.text)?;
+//! ```
+//! use gavel_plugin_sdk::{Snapshot, lists};
+//!
+//! /// The scam phrases in the item's text, as the list stands now.
+//! fn scam_phrases(snapshot: &Snapshot) -> Result<Vec<String>, lists::ListError> {
+//!     lists::find_terms("scam-phrases", &snapshot.item.text)
+//! }
 //! ```
 //!
 //! Natively (unit tests) there is no host: every list is

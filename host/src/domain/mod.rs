@@ -56,7 +56,7 @@ pub struct UnknownVariant {
 /// Declares an enum stored as a string: `as_str`, `ALL`, `FromStr`,
 /// `Display` and serde (the same strings) in one place.
 ///
-/// ```ignore
+/// ```text
 /// string_enum! {
 ///     /// Doc.
 ///     pub enum DeliveryStatus("delivery status") { Pending = "pending", Delivered = "delivered" }
