@@ -24,8 +24,10 @@ fn entries(kind: ListKind, n: usize) -> Vec<Entry> {
                 ListKind::Patterns => format!(r"promo{i}[a-z]{{2}}"),
                 ListKind::Domains => format!("h{i}.shortener{}.example", i % 1000),
                 ListKind::Strings => format!("sha256:{i:064x}"),
-                ListKind::Cidrs if i % 2 == 0 => format!("10.{}.{}.0/24", (i / 256) % 256, i % 256),
-                ListKind::Cidrs => format!("2001:db8:{:x}::/48", i),
+                // 50,000 distinct /24s: 10.0.0.0/24 to 10.195.79.0/24.
+                ListKind::Cidrs if i % 2 == 0 => format!("10.{}.{}.0/24", (i / 2) / 256, (i / 2) % 256),
+                // And 50,000 distinct /48s: 2001:db8:0::/48 to 2001:db8:c34f::/48.
+                ListKind::Cidrs => format!("2001:db8:{:x}::/48", i / 2),
             })
         })
         .collect()
