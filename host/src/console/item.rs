@@ -320,6 +320,14 @@ fn timeline(page: &ItemPage, now: Millis) -> Markup {
                 @if !x.reason.is_empty() { " — " (x.reason) }
                 " · " (x.outcome) " in " (x.duration_us) " µs"
                 @if !x.labels.is_empty() { " · labels " (x.labels.join(", ")) }
+                @if !x.lists.is_empty() {
+                    " · lists "
+                    @for (i, l) in x.lists.iter().enumerate() {
+                        @if i > 0 { ", " }
+                        a.list-use href={ "/console/lists/" (super::queue::encode(&l.name)) } { (l.name) }
+                        " v" (l.version) " " code title=(l.digest) { (short(&l.digest)) }
+                    }
+                }
                 @if let Some(err) = &x.error { " · error: " (err) }
                 @if let Some(r) = x.reversed_at { " · " span.reversed { "overturned " (layout::time(r)) } }
             },

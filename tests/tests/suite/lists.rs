@@ -503,17 +503,23 @@ async fn an_edit_reaches_a_second_process_within_a_second(setup: Setup) {
     first.stop().await.unwrap();
 }
 
-/// list-probe's decision on an item, once it settled.
-async fn probe_decision(s: &TestServer, text: &str, context: Value) -> Value {
+/// An item and list-probe's decision on it, once it settled.
+async fn probe(s: &TestServer, text: &str, context: Value) -> (String, Value) {
     let id = s.submit_with("reader", text, context).await;
     let item = s.settled(&id).await;
-    item["decisions"]
+    let decision = item["decisions"]
         .as_array()
         .unwrap()
         .iter()
         .find(|d| d["plugin"] == "list-probe")
         .unwrap_or_else(|| panic!("no list-probe decision on {item}"))
-        .clone()
+        .clone();
+    (id, decision)
+}
+
+/// list-probe's decision on an item, once it settled.
+async fn probe_decision(s: &TestServer, text: &str, context: Value) -> Value {
+    probe(s, text, context).await.1
 }
 
 fn labels(decision: &Value) -> Vec<&str> {
@@ -583,7 +589,7 @@ async fn rules_consult_lists_and_decisions_name_their_versions(setup: Setup) {
         "terms": "scam", "patterns": "shady", "domains": "blocked", "host": "a.x.bit.ly",
         "strings": "hashes", "value": "abc123", "cidrs": "nets", "ip": "10.1.2.3",
     });
-    let d = probe_decision(&s, "PURPLE Giraffe!! w1n big today", all).await;
+    let (probed, d) = probe(&s, "PURPLE Giraffe!! w1n big today", all).await;
     assert_eq!(d["verdict"], "reject", "{d}");
     assert_eq!(
         labels(&d),
@@ -598,6 +604,31 @@ async fn rules_consult_lists_and_decisions_name_their_versions(setup: Setup) {
     );
     let expected: Vec<(String, i64, String)> = digests.iter().map(|(n, g)| (n.clone(), 1, g.clone())).collect();
     assert_eq!(consulted(&d), expected);
+
+    // The console's timeline names them too, each linking to its list.
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let item_page = format!("/console/items/{probed}");
+    let (session, _) = crate::console::sign_in(&http, &s.url, &item_page, &s.moderator).await;
+    let html = http
+        .get(format!("{}{item_page}", s.url))
+        .header("cookie", format!("gavel_session={}", session.unwrap()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for (name, digest) in &digests {
+        assert!(
+            html.contains(&format!(
+                "href=\"/console/lists/{name}\">{name}</a> v1 <code title=\"{digest}\">"
+            )),
+            "the timeline does not name list {name}: {html}"
+        );
+    }
 
     // An edit is answered from its version at once (this process serves it
     // before the API answers), and the decision names the new digest.
