@@ -104,16 +104,20 @@ impl Sandbox {
         self.consulted.clear();
     }
 
-    /// The lists this call consulted, with the version each answered from.
+    /// The lists this call consulted, with the version each answered from,
+    /// by name.
     pub(crate) fn lists_consulted(&self) -> Vec<ListUse> {
-        self.consulted
+        let mut used: Vec<ListUse> = self
+            .consulted
             .iter()
             .map(|l| ListUse {
                 name: l.name.clone(),
                 version: l.version,
                 digest: l.digest.clone(),
             })
-            .collect()
+            .collect();
+        used.sort_by(|a, b| a.name.cmp(&b.name));
+        used
     }
 
     /// List `name` as this call sees it: the version it first consulted, or

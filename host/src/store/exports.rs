@@ -131,6 +131,7 @@ const DECISIONS: &[Column] = &[
     c("error", Text, true),
     c("snapshot_digest", Text, true),
     c("config_digest", Text, true),
+    c("lists", Labels, false),
     c("reversed", Bool, false),
     c("reversed_at", Time, true),
     c("created_at", Time, false),
@@ -261,7 +262,7 @@ pub(crate) fn page_sql(table: ExportTable, client: bool) -> String {
         ExportTable::Decisions => (
             "SELECT d.id, d.item_id, d.item_version, i.client, i.author, i.kind, d.plugin, r.version, r.digest, \
              d.phase, d.verdict, d.score, d.labels, d.reason, d.mode, d.applied, d.duration_us, d.outcome, \
-             d.error, d.snapshot_digest, d.config_digest, d.reversed_at, d.created_at \
+             d.error, d.snapshot_digest, d.config_digest, d.reversed_at, d.created_at, d.lists \
              FROM decisions d JOIN items i ON i.id = d.item_id JOIN plugin_refs r ON r.id = d.plugin_ref",
             format!("d.id > ${k} AND d.id <= ${}", k + 1),
             "d.created_at",
@@ -364,6 +365,13 @@ pub(crate) fn row_of(table: ExportTable, f: &dyn Fields) -> StoreResult<ExportRo
                     opt_text(18)?,
                     opt_text(19)?,
                     opt_text(20)?,
+                    // `NAME@VERSION:DIGEST` for each list the rule consulted.
+                    Cell::Labels(
+                        super::rows::lists(f.opt_text(23)?.as_deref())?
+                            .into_iter()
+                            .map(|l| format!("{}@{}:{}", l.name, l.version, l.digest))
+                            .collect(),
+                    ),
                     Cell::Bool(reversed_at.is_some()),
                     reversed_at.map_or(Cell::Null, Cell::Time),
                     time(22)?,

@@ -667,6 +667,22 @@ async fn rules_consult_lists_and_decisions_name_their_versions(setup: Setup) {
     // A decision that consulted none carries an empty list.
     let d = probe_decision(&s, "plain", json!({})).await;
     assert_eq!(d["lists"], json!([]), "{d}");
+
+    // Exports carry them as `NAME@VERSION:DIGEST`.
+    let r = s
+        .get("/v1/exports/decisions?format=ndjson", &s.moderator)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let body = r.text().await.unwrap();
+    let row: Value = body
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|r| r["item_id"] == probed.as_str() && r["plugin"] == "list-probe")
+        .unwrap_or_else(|| panic!("no list-probe row for {probed} in the export"));
+    let exported: Vec<String> = digests.iter().map(|(n, g)| format!("{n}@1:{g}")).collect();
+    assert_eq!(row["lists"], json!(exported), "{row}");
     s.stop().await.unwrap();
 }
 
