@@ -190,6 +190,24 @@ fn set_cookie(r: &reqwest::Response, name: &str) -> Option<String> {
         .map(|(_, v)| v.to_string())
 }
 
+/// The HTML of console `page`, fetched over plain HTTP after signing in as
+/// `s`'s moderator.
+pub(crate) async fn page_html(s: &TestServer, page: &str) -> String {
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let (session, _) = sign_in(&http, &s.url, page, &s.moderator).await;
+    http.get(format!("{}{page}", s.url))
+        .header("cookie", format!("gavel_session={}", session.unwrap()))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// Signs in as `token` over plain HTTP, starting from `page`; returns the
 /// session cookie and where the sign-in sent the browser.
 pub(crate) async fn sign_in(http: &reqwest::Client, url: &str, page: &str, token: &str) -> (Option<String>, String) {

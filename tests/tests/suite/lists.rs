@@ -606,21 +606,7 @@ async fn rules_consult_lists_and_decisions_name_their_versions(setup: Setup) {
     assert_eq!(consulted(&d), expected);
 
     // The console's timeline names them too, each linking to its list.
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
-    let item_page = format!("/console/items/{probed}");
-    let (session, _) = crate::console::sign_in(&http, &s.url, &item_page, &s.moderator).await;
-    let html = http
-        .get(format!("{}{item_page}", s.url))
-        .header("cookie", format!("gavel_session={}", session.unwrap()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let html = crate::console::page_html(&s, &format!("/console/items/{probed}")).await;
     for (name, digest) in &digests {
         assert!(
             html.contains(&format!(

@@ -535,21 +535,7 @@ async fn a_moderators_state_survives_recomputation(setup: Setup) {
     assert_eq!(transitions[1]["cause"], "moderation");
 
     // The console's item page shows the author's account.
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
-    let page = format!("/console/items/{first}");
-    let (session, _) = crate::console::sign_in(&http, &s.url, &page, &s.moderator).await;
-    let html = http
-        .get(format!("{}{page}", s.url))
-        .header("cookie", format!("gavel_session={}", session.unwrap()))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let html = crate::console::page_html(&s, &format!("/console/items/{first}")).await;
     assert!(html.contains(r#"id="standing" data-status="watch""#), "{html}");
     assert!(html.contains("2 strikes"), "{html}");
 }
