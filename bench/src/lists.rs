@@ -2,14 +2,17 @@
 //! this process (no server): checking and compiling a version (what an
 //! edit costs before it is written, and what every other process pays when
 //! its poll picks the edit up), and one lookup in the compiled matcher
-//! (`host/src/lists/matcher.rs`), hits and misses alike. Rules cannot
-//! consult lists yet, so a lookup is timed as the host makes it, without
-//! the call across the sandbox.
+//! (`host/src/lists/matcher.rs`), hits and misses alike: as the host makes
+//! it, and from inside a rule (the `list-probe` fixture asking through
+//! `gavel:rules/lists`, the call across the sandbox included).
 
 use crate::report::Figure;
-use gavel::lists::{CompiledList, Entry, ListKind, ListsConfig, Matcher, canonical, digest};
+use gavel::lists::{CompiledList, Entry, ListKind, ListsConfig, Matcher, ServedLists, canonical, digest};
+use gavel::rules::{InstancePool, RuleEngine, RuntimeLimits, snapshot_from_spec};
+use gavel_plugin_sdk::spec::SnapshotSpec;
 use std::hint::black_box;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Entries per list.
@@ -70,7 +73,8 @@ fn time_lookups<T>(probes: &[T], rounds: usize, mut lookup: impl FnMut(&T) -> bo
 fn post(hit: bool) -> String {
     let mut words: Vec<String> = (0..150).map(|i| format!("word{i}")).collect();
     if hit {
-        words[75] = "SCAM4242, Offer73!".into();
+        // Entry 4242 of `entries`, as a writer would type it.
+        words[75] = format!("SCAM4242, Offer{}!", 4242 % 97);
     }
     words.join(" ")
 }
@@ -115,9 +119,77 @@ fn lookup(list: &CompiledList, kind: ListKind, rounds: usize) -> (f64, usize, &'
     }
 }
 
+/// Lookups per evaluation when timing them from inside a rule.
+const IN_RULE_REPEAT: usize = 100;
+
+/// What the rule asks about for `kind`, one hit and one miss: the context
+/// of its snapshot besides the list's name and the repeat count.
+fn in_rule_probes(kind: ListKind) -> [(String, Vec<(&'static str, String)>); 2] {
+    match kind {
+        ListKind::Terms => [(post(true), vec![]), (post(false), vec![])],
+        ListKind::Patterns => [
+            ("buy promo4242zz now".into(), vec![]),
+            ("a calm sentence about gardening".into(), vec![]),
+        ],
+        ListKind::Domains => [
+            (String::new(), vec![("host", "www.h4242.shortener242.example".into())]),
+            (String::new(), vec![("host", "example.org".into())]),
+        ],
+        ListKind::Strings => [
+            (String::new(), vec![("value", format!("sha256:{:064x}", 4242))]),
+            (String::new(), vec![("value", format!("sha256:{:064x}", ENTRIES + 1))]),
+        ],
+        ListKind::Cidrs => [
+            (String::new(), vec![("ip", "10.16.146.7".into())]),
+            (String::new(), vec![("ip", "2001:db9::1".into())]),
+        ],
+    }
+}
+
+/// Mean µs of one lookup of `kind` from inside a rule: evaluations asking
+/// [`IN_RULE_REPEAT`] times against the same evaluations asking nothing
+/// (reused instances, so instantiation does not blur the difference).
+fn in_rule(engine: &RuleEngine, probe: &gavel::rules::LoadedPlugin, kind: ListKind, evaluations: usize) -> f64 {
+    let pool = InstancePool::new(1);
+    let limits = engine.limits();
+    let snapshot = |text: &str, extra: &[(&str, String)], repeat: usize| {
+        let mut context: serde_json::Map<String, serde_json::Value> =
+            extra.iter().map(|(k, v)| (k.to_string(), v.clone().into())).collect();
+        context.insert(kind.to_string(), kind.to_string().into());
+        context.insert("repeat".into(), repeat.to_string().into());
+        let spec: SnapshotSpec =
+            serde_json::from_value(serde_json::json!({"item": {"text": text, "context": context}})).expect("a spec");
+        snapshot_from_spec(&spec)
+    };
+    let time = |repeat: usize| {
+        let snapshots: Vec<_> = in_rule_probes(kind)
+            .iter()
+            .map(|(text, extra)| snapshot(text, extra, repeat))
+            .collect();
+        let start = Instant::now();
+        for i in 0..evaluations {
+            let e = engine
+                .evaluate_reusing(
+                    probe,
+                    &pool,
+                    black_box(&snapshots[i % 2]),
+                    limits.async_deadline,
+                    limits.memory_bytes,
+                )
+                .expect("the host runs it");
+            assert!(e.decision.is_some(), "{kind}: {e:?}");
+        }
+        start.elapsed().as_secs_f64() * 1e6 / evaluations as f64
+    };
+    let (asking, idle) = (time(IN_RULE_REPEAT), time(0));
+    (asking - idle) / IN_RULE_REPEAT as f64
+}
+
 pub fn b14(quick: bool) -> Vec<Figure> {
     let rounds = if quick { 20_000 } else { 200_000 };
+    let evaluations = if quick { 50 } else { 400 };
     let mut figures = Vec::new();
+    let served = Arc::new(ServedLists::new(ListsConfig::default(), Arc::default()));
     for kind in ListKind::ALL.iter().copied() {
         let (compiled, ms) = compile(kind, ENTRIES);
         let list = match compiled {
@@ -141,6 +213,39 @@ pub fn b14(quick: bool) -> Vec<Figure> {
             Figure::new("B14", format!("{kind}: {what}, 100,000 entries"), us, "µs")
                 .goal(format!("≤ {bound} µs"), us <= bound)
                 .note(format!("{hits} hits (half or more of the probes are misses)")),
+        );
+        served.install(Arc::new(list));
+    }
+    let engine = RuleEngine::new(RuntimeLimits::default())
+        .expect("an engine")
+        .with_lists(served.clone());
+    let bytes = std::fs::read(gavel_tests::guests::LIST_PROBE).expect("the list-probe fixture was built");
+    let probe = engine
+        .load_bytes(std::path::Path::new("list-probe.wasm"), &bytes)
+        .expect("list-probe loads");
+    for kind in ListKind::ALL.iter().copied() {
+        if served.get(&kind.to_string()).is_none() {
+            continue;
+        }
+        let us = in_rule(&engine, &probe, kind, evaluations);
+        let bound = if kind == ListKind::Terms { 5.0 } else { 2.0 };
+        let text = if matches!(kind, ListKind::Terms | ListKind::Patterns) {
+            " (the text crosses the sandbox with each call)"
+        } else {
+            ""
+        };
+        figures.push(
+            Figure::new(
+                "B14",
+                format!("{kind}: one lookup from inside a rule, 100,000 entries"),
+                us,
+                "µs",
+            )
+            .goal(format!("≤ {bound} µs"), us <= bound)
+            .note(format!(
+                "list-probe asking {IN_RULE_REPEAT} times per evaluation against asking none, reused instance, \
+                     a hit and a miss alternating{text}"
+            )),
         );
     }
     figures
