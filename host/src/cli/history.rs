@@ -38,16 +38,25 @@ impl StoreFlags {
     }
 }
 
-/// Every rule's list calls are answered from the list versions each
-/// replayed decision used (a list it did not consult: the version in force
-/// at its time), or from a candidate list given with `--list`.
+/// What `gavel backtest --help` says after the options.
+const BACKTEST_HELP: &str = "\
+Every rule's list calls are answered from the list versions each replayed decision used (a list it did \
+not consult: the version in force at its time, else unknown), or from a candidate list given with --list.
+
+A candidate list file holds one entry per line (each line trimmed; blank lines and lines starting with `#` \
+are left out), or, named `*.json`, the body `PUT /v1/lists/{name}` takes \
+(`{\"kind\": …, \"entries\": [{\"value\": …, \"note\": …}]}`; `kind` and `reason` optional). Its entries are \
+checked as `PUT` checks them.
+
+Examples:
+  gavel backtest --candidate new/banned-terms.wasm --since 7d
+  gavel backtest --list scam-phrases=phrases.txt --since 7d    (the deployed plugins that consulted it)
+  gavel backtest --candidate probe.wasm --list new-domains:domains=domains.txt";
+
+/// `gavel backtest`: what to replay with, over which window, and where
+/// the report goes.
 #[derive(Debug, clap::Args)]
-#[command(
-    after_help = "A candidate list file holds one entry per line (each line trimmed; blank lines and lines starting with `#` are left out), or, named `*.json`, the body `PUT /v1/lists/{name}` takes (`{\"kind\": …, \"entries\": [{\"value\": …, \"note\": …}]}`; `kind` and `reason` optional). Its entries are checked as `PUT` checks them.\n\n\
-Examples:\n  gavel backtest --candidate new/banned-terms.wasm --since 7d\n  \
-gavel backtest --list scam-phrases=phrases.txt --since 7d   (the deployed plugins that consulted it)\n  \
-gavel backtest --candidate probe.wasm --list new-domains:domains=domains.txt"
-)]
+#[command(after_help = BACKTEST_HELP)]
 pub struct BacktestArgs {
     /// The candidate component (`.wasm`); its sidecar `NAME.toml`, if any,
     /// gives its config and limits. Without one, `--list` is required and
