@@ -11,9 +11,10 @@ use super::AppState;
 use super::auth::{Caller, Moderator};
 use super::error::{ApiError, ErrorBody, Json, Path, Query};
 use super::validate;
-use crate::backtest::{self, Candidate, ItemReplay, Progress, Report};
+use crate::backtest::{self, Candidate, CandidateListError, Candidates, GivenList, ItemReplay, Progress, Report};
 use crate::clock::now_ms;
 use crate::domain::BacktestStatus;
+use crate::lists::{Entry, ListKind};
 use crate::store::{BacktestRecord, SharedStore};
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -92,17 +93,27 @@ impl Runner {
     }
 }
 
-/// A backtest to start.
+/// A backtest to start: a candidate plugin, candidate lists, or both.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BacktestRequest {
     /// A plugin loaded in this process, by name or sha256 (hex, optionally
-    /// `sha256:`-prefixed), or a component of the compilation cache by sha256.
+    /// `sha256:`-prefixed), or a component of the compilation cache by
+    /// sha256. Without one, `lists` is required: the deployed version of
+    /// every loaded plugin whose decisions in the window consulted one of
+    /// them is replayed, each in place of its own decisions.
     #[schema(min_length = 1, max_length = 128)]
-    pub candidate: String,
+    pub candidate: Option<String>,
     /// The plugin whose decisions it replaces (default: its own name).
     #[schema(min_length = 1, max_length = 64)]
     pub replaces: Option<String>,
+    /// Candidate lists by name (at most 16), answering the rules' calls in
+    /// place of the stored list of that name (every other list answers
+    /// from the version each replayed decision used). Checked and compiled
+    /// as `PUT /v1/lists/{name}` would be: a bad entry is 422 naming it,
+    /// too many entries 413.
+    #[serde(default)]
+    pub lists: BTreeMap<String, CandidateListBody>,
     /// Config pairs on top of the candidate's config.
     #[serde(default)]
     pub config: BTreeMap<String, String>,
@@ -119,12 +130,23 @@ pub struct BacktestRequest {
     pub all: bool,
 }
 
+/// The content of a candidate list.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CandidateListBody {
+    /// The stored list's kind (a different one is refused); required for a
+    /// list the store does not have.
+    pub kind: Option<ListKind>,
+    pub entries: Vec<Entry>,
+}
+
 /// A backtest just accepted.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct BacktestAccepted {
     pub id: String,
     pub status: BacktestStatus,
-    /// The candidate as found: `NAME VERSION (sha256:…)`.
+    /// The candidates as found: `NAME VERSION (sha256:…)`, each plugin,
+    /// then `with list NAME (sha256:…)` for candidate lists.
     pub candidate: String,
 }
 
@@ -156,11 +178,23 @@ async fn find_candidate(state: &AppState, name: &str) -> Result<Candidate, ApiEr
 }
 
 /// The request's rules beyond its schema (a window that ends after it
-/// starts, names that can name a plugin): 422 when broken.
+/// starts, names that can name a plugin, a candidate or lists): 422 when
+/// broken.
 fn check(req: &BacktestRequest, now: i64) -> Result<backtest::Request, ApiError> {
     let invalid = |m: String| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_backtest", m);
     let unprocessable = |e: ApiError| invalid(e.message);
-    validate::identifier("candidate", &req.candidate, 128).map_err(unprocessable)?;
+    match &req.candidate {
+        Some(candidate) => validate::identifier("candidate", candidate, 128).map_err(unprocessable)?,
+        None if req.lists.is_empty() => {
+            return Err(invalid("give a `candidate` plugin, candidate `lists`, or both".into()));
+        }
+        None if req.replaces.is_some() => {
+            return Err(invalid(
+                "`replaces` names what a `candidate` replaces; with `lists` alone each plugin replaces itself".into(),
+            ));
+        }
+        None => {}
+    }
     if let Some(r) = &req.replaces
         && !crate::rules::valid_name(r)
     {
@@ -199,11 +233,73 @@ fn check(req: &BacktestRequest, now: i64) -> Result<backtest::Request, ApiError>
     })
 }
 
+/// The candidate lists, checked and compiled as `PUT /v1/lists/{name}`
+/// checks them: 422 naming a bad entry or a kind that does not fit, 413
+/// for too many entries.
+async fn candidate_lists(
+    state: &AppState,
+    lists: &BTreeMap<String, CandidateListBody>,
+) -> Result<BTreeMap<String, backtest::CandidateList>, ApiError> {
+    let given = lists
+        .iter()
+        .map(|(name, body)| GivenList {
+            name: name.clone(),
+            kind: body.kind,
+            entries: body.entries.clone(),
+        })
+        .collect();
+    backtest::candidate_lists(state.store.as_ref(), given, &state.config.lists)
+        .await
+        .map_err(|e| match e {
+            CandidateListError::Store(e) => ApiError::from(e),
+            // PUT's answer (413 or 422, its code), naming the list too.
+            CandidateListError::Entry { ref error, .. } => ApiError {
+                message: e.to_string(),
+                ..super::lists::entry_error(error.clone())
+            },
+            other => {
+                let code = match &other {
+                    CandidateListError::KindRequired(_) => "list_kind_required",
+                    CandidateListError::KindMismatch { .. } => "kind_mismatch",
+                    _ => "invalid_backtest",
+                };
+                ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, code, other.to_string())
+            }
+        })
+}
+
+/// What the request judges with: its candidate plugin, else the deployed
+/// plugins that consulted its candidate lists in the window (422 when
+/// none did).
+async fn candidates(
+    state: &AppState,
+    req: &BacktestRequest,
+    request: &backtest::Request,
+) -> Result<Candidates, ApiError> {
+    let lists = candidate_lists(state, &req.lists).await?;
+    if let Some(name) = &req.candidate {
+        return Ok(Candidates::plugin(find_candidate(state, name).await?, lists));
+    }
+    let names: Vec<String> = lists.keys().cloned().collect();
+    let found = Candidates::deployed_consulting(state.store.as_ref(), &state.registry, lists, request).await?;
+    if found.plugins.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "no_plugin_consulted",
+            format!(
+                "no loaded plugin's decisions in the window consulted {}: give a `candidate`, or another window",
+                names.join(", ")
+            ),
+        ));
+    }
+    Ok(found)
+}
+
 /// A backtest with `all` whose window holds more than `max_all`
 /// evaluations: 422, before anything runs (the count reads at most
 /// `max_all + 1` index entries).
-async fn refuse_too_large(state: &AppState, candidate: &Candidate, req: &backtest::Request) -> Result<(), ApiError> {
-    let n = backtest::count_selection(state.store.as_ref(), candidate, req, req.max_all.saturating_add(1)).await?;
+async fn refuse_too_large(state: &AppState, candidates: &Candidates, req: &backtest::Request) -> Result<(), ApiError> {
+    let n = backtest::count_selection(state.store.as_ref(), candidates, req, req.max_all.saturating_add(1)).await?;
     if n > req.max_all {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -214,23 +310,27 @@ async fn refuse_too_large(state: &AppState, candidate: &Candidate, req: &backtes
     Ok(())
 }
 
-/// Start a backtest: replay stored evaluations with a candidate version in
-/// the background, never writing a decision, transition or webhook. Poll
+/// Start a backtest: replay stored evaluations with a candidate version,
+/// candidate list contents, or both, in the background, never writing a
+/// decision, transition or webhook. Every rule's list calls are answered
+/// from the list versions each replayed decision used (a list it did not
+/// consult: the version in force then), or from a candidate list. Poll
 /// `GET /v1/backtests/{id}` for progress and the report.
 #[utoipa::path(
     post, path = "/v1/backtests", tag = "moderator",
     request_body = BacktestRequest,
     responses(
         (status = 202, body = BacktestAccepted), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody),
-        (status = 429, body = ErrorBody), (status = 503, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 413, body = ErrorBody, description = "body over `lists.max_body_bytes`, or a candidate list over `lists.max_entries`"),
+        (status = 422, body = ErrorBody), (status = 429, body = ErrorBody), (status = 503, body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
 pub async fn start(
     State(state): State<AppState>,
     Moderator(caller): Moderator,
-    Json(req): Json<BacktestRequest>,
+    super::lists::ListBody(req): super::lists::ListBody<BacktestRequest>,
 ) -> Result<Response, ApiError> {
     let now = now_ms();
     let mut request = check(&req, now)?;
@@ -251,19 +351,25 @@ pub async fn start(
         id: &id,
         armed: true,
     };
-    let candidate = find_candidate(&state, &req.candidate).await?;
+    let candidates = candidates(&state, &req, &request).await?;
     if request.sample.is_none() {
-        refuse_too_large(&state, &candidate, &request).await?;
+        refuse_too_large(&state, &candidates, &request).await?;
     }
-    let label = candidate.label();
-    let body = serde_json::to_value(&req).expect("a request serializes");
+    let label = candidates.label();
+    let mut body = serde_json::to_value(&req).expect("a request serializes");
+    // A candidate list is kept as the report names it, not entry by entry:
+    // the record is read back with every list of backtests.
+    if !candidates.lists.is_empty() {
+        let lists: Vec<backtest::ListRef> = candidates.lists.values().map(|l| l.describe()).collect();
+        body["lists"] = serde_json::to_value(lists).expect("list refs serialize");
+    }
     state
         .store
         .create_backtest(&id, &body, &label, &caller.name, now)
         .await?;
     unstarted.armed = false;
     tracing::info!(backtest = %id, candidate = %label, moderator = %caller.name, "backtest started");
-    tokio::spawn(run(state.clone(), id.clone(), candidate, request, shared));
+    tokio::spawn(run(state.clone(), id.clone(), candidates, request, shared));
     let mut response = (
         StatusCode::ACCEPTED,
         axum::Json(BacktestAccepted {
@@ -388,14 +494,22 @@ async fn wait_for_slot(runner: &Runner, shared: &Shared) -> Turn {
 
 /// Runs one backtest to its end (waiting for this process's backtest slot
 /// first); its place in the queue is freed when it ends or is cancelled.
-async fn run(state: AppState, id: String, candidate: Candidate, request: backtest::Request, shared: Arc<Shared>) {
+async fn run(state: AppState, id: String, candidates: Candidates, request: backtest::Request, shared: Arc<Shared>) {
     let beat = AbortOnDrop(tokio::spawn(heartbeat(state.store.clone(), id.clone(), shared.clone())));
     let result = match wait_for_slot(&state.backtests, &shared).await {
         Turn::Cancelled => Err(backtest::BacktestError::Cancelled),
         Turn::Slot(_slot) => {
             let mut progress = Beat(shared.clone());
             let engine = state.registry.engine().clone();
-            backtest::run(state.store.as_ref(), engine, &candidate, &request, &mut progress).await
+            backtest::run(
+                state.store.as_ref(),
+                engine,
+                &candidates,
+                &state.config.lists,
+                &request,
+                &mut progress,
+            )
+            .await
         }
         Turn::ShuttingDown => Err(backtest::BacktestError::Failed("the process is shutting down".into())),
     };
@@ -650,6 +764,7 @@ pub async fn replay_item(
         &id,
         candidate.as_ref(),
         page,
+        &state.config.lists,
     )
     .await
     .map_err(|e| match e {

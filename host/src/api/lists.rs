@@ -10,7 +10,7 @@ use super::auth::Moderator;
 use super::error::{ApiError, ErrorBody, Json, Path, Query};
 use super::moderation::if_match;
 use super::validate;
-use crate::lists::{CompiledList, Diff, Entry, EntryError, ListKind, Served, ServedLists, canonical, diff, digest};
+use crate::lists::{CompiledList, Diff, Entry, EntryError, ListKind, Served, ServedLists, diff};
 use crate::store::{ListContent, ListVersionRecord, ListWrite, NewListVersion};
 use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -162,15 +162,7 @@ fn with_etag(version: i64, body: impl Serialize) -> Response {
 }
 
 fn check_name(name: &str) -> Result<(), ApiError> {
-    let ok = (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .next()
-            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'));
-    if ok {
+    if crate::lists::valid_name(name) {
         Ok(())
     } else {
         Err(ApiError::bad_request(
@@ -192,7 +184,8 @@ fn check_reason(reason: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn entry_error(e: EntryError) -> ApiError {
+/// A refused entry: 413 for too many, 422 for a bad one (named).
+pub(super) fn entry_error(e: EntryError) -> ApiError {
     match e {
         EntryError::TooMany { .. } => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "list_too_large", e.to_string()),
         EntryError::Invalid { .. } => ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_entry", e.to_string()),
@@ -200,32 +193,19 @@ fn entry_error(e: EntryError) -> ApiError {
 }
 
 /// Canonical entries, their digest and their compiled matcher, or the
-/// entry refused. Compiling may take a while (a big pattern set), so it
-/// runs off the async threads.
+/// entry refused ([`crate::lists::check`]). Compiling may take a while (a
+/// big pattern set), so it runs off the async threads.
 async fn prepare(
     lists: &Arc<ServedLists>,
     name: &str,
     kind: ListKind,
     entries: Vec<Entry>,
-) -> Result<(Vec<Entry>, String, CompiledList), ApiError> {
+) -> Result<crate::lists::Checked, ApiError> {
     let lists = lists.clone();
     let name = name.to_string();
-    tokio::task::spawn_blocking(move || {
-        let limits = lists.limits();
-        let entries = canonical(kind, entries, limits).map_err(entry_error)?;
-        let digest = digest(kind, &entries);
-        let matcher = crate::lists::Matcher::compile(kind, &entries, limits).map_err(entry_error)?;
-        let compiled = CompiledList {
-            name,
-            version: 0,
-            digest: digest.clone(),
-            entries: entries.len(),
-            matcher,
-        };
-        Ok((entries, digest, compiled))
-    })
-    .await
-    .expect("checking a list does not panic")
+    tokio::task::spawn_blocking(move || crate::lists::check(&name, kind, entries, lists.limits()).map_err(entry_error))
+        .await
+        .expect("checking a list does not panic")
 }
 
 /// Writes a prepared version and serves it here once written.
@@ -413,7 +393,11 @@ pub async fn replace(
     check_name(&name)?;
     let if_match = if_match(&headers, "list")?;
     check_reason(&req.reason)?;
-    let (entries, digest, compiled) = prepare(&state.lists, &name, req.kind, req.entries).await?;
+    let crate::lists::Checked {
+        entries,
+        digest,
+        compiled,
+    } = prepare(&state.lists, &name, req.kind, req.entries).await?;
     let edit = NewListVersion {
         name: &name,
         kind: req.kind,
@@ -489,7 +473,11 @@ pub(crate) async fn edit_entries(
     }
     let kind = current.record.kind;
     let entries = apply_patch(kind, current.entries, add, remove).map_err(entry_error)?;
-    let (entries, digest, compiled) = prepare(&state.lists, name, kind, entries).await?;
+    let crate::lists::Checked {
+        entries,
+        digest,
+        compiled,
+    } = prepare(&state.lists, name, kind, entries).await?;
     let edit = NewListVersion {
         name,
         kind,
@@ -619,6 +607,7 @@ pub async fn compare(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lists::canonical;
 
     #[test]
     fn a_patch_removes_by_any_spelling_and_renotes_on_add() {

@@ -238,7 +238,14 @@ fn routes() -> Routes {
         Client,
         get(backtests::replay_item),
     )
-    .add(Method::POST, "/v1/backtests", Moderator, post(backtests::start))
+    // Candidate lists make a backtest's body as big as a list's
+    // (`lists.max_body_bytes`, see `lists::ListBody`).
+    .add(
+        Method::POST,
+        "/v1/backtests",
+        Moderator,
+        post(backtests::start).layer(DefaultBodyLimit::disable()),
+    )
     .add(Method::GET, "/v1/backtests", Moderator, get(backtests::list))
     .add(Method::GET, "/v1/backtests/{id}", Moderator, get(backtests::get_one))
     .add(

@@ -115,14 +115,36 @@ pub fn render(report: &Report) -> String {
 
 // ----- sections -----
 
-/// Title, candidate, incumbent versions, replaced plugin, window and config.
+/// Title, candidates, candidate lists, incumbent versions, replaced
+/// plugin, window and config.
 fn header(r: &Report) -> Markup {
     html! {
         header #summary {
             h1 { "Backtest: " (r.candidate.name) " " (r.candidate.version) }
             dl.facts {
-                dt { "Candidate" }
-                dd { (version_ref(&r.candidate)) }
+                @if r.candidates.len() > 1 {
+                    dt { "Candidates" }
+                    dd {
+                        ul.plain { @for v in &r.candidates { li { (version_ref(v)) } } }
+                        span.hint { "each deployed plugin that consulted the candidate lists, in place of its own decisions" }
+                    }
+                } @else {
+                    dt { "Candidate" }
+                    dd { (version_ref(&r.candidate)) }
+                }
+                @if !r.lists.is_empty() {
+                    dt { "Candidate lists" }
+                    dd {
+                        ul.plain {
+                            @for l in &r.lists {
+                                li {
+                                    strong { (l.name) } " " (l.kind.as_str()) ", " (l.entries) " entries "
+                                    code title=(l.digest) { (short(&l.digest)) }
+                                }
+                            }
+                        }
+                    }
+                }
                 dt { "Incumbent" }
                 dd {
                     @if r.incumbent.is_empty() {
@@ -717,6 +739,17 @@ mod tests {
                 "1.3.0",
                 "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
             ),
+            candidates: vec![version(
+                "spam-filter",
+                "1.3.0",
+                "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+            )],
+            lists: vec![crate::backtest::ListRef {
+                name: "scam-phrases".to_string(),
+                kind: crate::lists::ListKind::Terms,
+                entries: 3,
+                digest: "9c1e0000111122223333444455556666777788889999aaaabbbbccccddddeeee".to_string(),
+            }],
             incumbent: vec![
                 version(
                     "spam-filter",
@@ -792,6 +825,8 @@ mod tests {
     fn empty_report() -> Report {
         Report {
             candidate: version("", "", ""),
+            candidates: vec![],
+            lists: vec![],
             incumbent: vec![],
             replaces: String::new(),
             config: None,
@@ -865,6 +900,11 @@ mod tests {
         assert!(page.contains("visible → rejected"));
         assert!(page.contains("moderators-chart"));
         assert!(page.contains("90.0 % (36 of 40)"));
+        assert!(
+            page.contains("<strong>scam-phrases</strong> terms, 3 entries"),
+            "the candidate list"
+        );
+        assert!(page.contains("9c1e00001111<"));
     }
 
     #[test]

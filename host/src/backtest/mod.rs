@@ -1,29 +1,36 @@
-//! Backtests: what a candidate plugin version would have decided on stored
-//! history, and how that compares with what was decided then and with what
-//! moderators concluded. Nothing here writes a decision, a transition, an
-//! outbox row or a provider request: a backtest only reads the store and
-//! runs the candidate in the sandbox, under its own limits.
+//! Backtests: what a candidate plugin version, or candidate list contents,
+//! would have decided on stored history, and how that compares with what
+//! was decided then and with what moderators concluded. Nothing here
+//! writes a decision, a transition, an outbox row or a provider request: a
+//! backtest only reads the store and runs the candidate in the sandbox,
+//! under its own limits.
 //!
 //! The unit is an *evaluation*: one stored snapshot judged by every plugin
 //! of a phase. A backtest selects the evaluations the replaced plugin
 //! judged in a window (every stored evaluation, for a new plugin), draws a
 //! sample, and for each one judges the stored snapshot with the candidate
 //! and recombines the verdict with the other enforcing plugins' stored
-//! decisions of the same evaluation, held fixed (`replay.rs`). The report
+//! decisions of the same evaluation, held fixed (`replay.rs`). A rule's
+//! list calls are answered from the versions of the time, or from the
+//! candidate lists (`lists.rs`); a backtest of candidate lists alone
+//! replays the deployed version of every plugin whose decisions in the
+//! window consulted them, each in place of its own decisions. The report
 //! (`report.rs`) is the same object from `gavel backtest` and
 //! `GET /v1/backtests/{id}`; `html.rs` renders it as one self-contained page.
 
 pub mod html;
+mod lists;
 mod replay;
 pub mod report;
 
+pub use lists::{CandidateList, CandidateListError, GivenList, ListRef, MAX_CANDIDATE_LISTS, candidate_lists};
 pub use replay::{ItemReplay, MAX_REPLAYED_EVALUATIONS, ReplayPage, ReplayedDecision, ReplayedEvaluation, replay_item};
 pub use report::Report;
 
 use crate::clock::{Millis, now_ms};
 use crate::domain::{Digest, Phase};
 use crate::rules::{RegisteredPlugin, Registry, RuleEngine};
-use crate::store::{History, ReplayUnit, StoreError, UnitCursor};
+use crate::store::{BacktestStore, History, ReplayUnit, StoreError, UnitCursor};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -98,6 +105,89 @@ impl Candidate {
                 })
                 .map_err(|e| e.to_string()),
         )
+    }
+}
+
+/// What a backtest judges with: candidate plugins, each in place of one
+/// plugin's stored decisions, and candidate lists in place of stored ones.
+#[derive(Clone)]
+pub struct Candidates {
+    /// One for a plugin backtest (it replaces `Request::replaces`, by
+    /// default its own name); for candidate lists alone, the deployed
+    /// version of each plugin that consulted them, each replacing itself.
+    pub plugins: Vec<Candidate>,
+    /// By name.
+    pub lists: BTreeMap<String, CandidateList>,
+}
+
+impl Candidates {
+    /// One candidate plugin.
+    pub fn plugin(candidate: Candidate, lists: BTreeMap<String, CandidateList>) -> Candidates {
+        Candidates {
+            plugins: vec![candidate],
+            lists,
+        }
+    }
+
+    /// The loaded plugins of `registry` whose decisions in `req`'s window
+    /// consulted one of `lists`, each a candidate with its deployed code
+    /// and config: what a backtest of candidate lists alone replays.
+    /// Blocking work (detaching a plugin) is small; the reads are bounded
+    /// by the window.
+    pub async fn deployed_consulting(
+        store: &dyn History,
+        registry: &Registry,
+        lists: BTreeMap<String, CandidateList>,
+        req: &Request,
+    ) -> Result<Candidates, StoreError> {
+        let names: Vec<String> = lists.keys().cloned().collect();
+        let mut plugins = Vec::new();
+        for p in registry.plugins().iter() {
+            let name = &p.plugin.info.name;
+            if store.consulted_lists(name, &names, req.since_ms, req.until_ms).await? {
+                plugins.push(Candidate {
+                    plugin: Arc::new(registry.detached(p)),
+                    config: Some(p.config.clone()),
+                });
+            }
+        }
+        Ok(Candidates { plugins, lists })
+    }
+
+    /// `NAME VERSION (sha256:PREFIX)` of each plugin, and the candidate
+    /// lists `NAME (sha256:PREFIX)`, for records and logs.
+    pub fn label(&self) -> String {
+        let plugins: Vec<String> = self.plugins.iter().map(Candidate::label).collect();
+        let lists: Vec<String> = self
+            .lists
+            .values()
+            .map(|l| format!("{} (sha256:{})", l.compiled.name, &l.compiled.digest[..12]))
+            .collect();
+        if lists.is_empty() {
+            return plugins.join(", ");
+        }
+        let s = if lists.len() > 1 { "s" } else { "" };
+        format!("{} with list{s} {}", plugins.join(", "), lists.join(", "))
+    }
+
+    /// The plugin each candidate replaces, in order: `replaces` (or its
+    /// own name) for one candidate, each one's own name for several.
+    fn replaced(&self, req: &Request) -> Vec<String> {
+        match &self.plugins[..] {
+            [one] => vec![
+                req.replaces
+                    .clone()
+                    .unwrap_or_else(|| one.plugin.plugin.stamp.name.clone()),
+            ],
+            many => many.iter().map(|c| c.plugin.plugin.stamp.name.clone()).collect(),
+        }
+    }
+
+    /// Whether a window with none of the replaced plugins' decisions is
+    /// judged as a new plugin's: every stored evaluation (one candidate
+    /// under its own name).
+    fn may_be_new(&self, req: &Request) -> bool {
+        self.plugins.len() == 1 && req.replaces.is_none()
     }
 }
 
@@ -189,8 +279,9 @@ impl SplitMix {
 /// The selection: every unit of the window (paged; at most
 /// `Request::max_all`), or a uniform sample.
 struct Selection {
-    /// `Some(name)`: the replaced plugin's decisions; `None`: one per evaluation.
-    plugin: Option<String>,
+    /// `Some(names)`: the replaced plugins' decisions (one per evaluation);
+    /// `None`: one per evaluation, for a new plugin.
+    plugins: Option<Vec<String>>,
     available: u64,
     /// The drawn sample, by id, when sampling.
     drawn: Option<Vec<ReplayUnit>>,
@@ -201,8 +292,14 @@ const PAGE: i64 = 10_000;
 /// The first page's cursor.
 const START: UnitCursor = (Millis::MIN, 0);
 
-async fn select(store: &dyn History, req: &Request, name: &str, cancel: &Cancel) -> Result<Selection, BacktestError> {
-    let mut plugin = Some(name.to_string());
+async fn select(
+    store: &dyn History,
+    req: &Request,
+    replaced: Vec<String>,
+    may_be_new: bool,
+    cancel: &Cancel,
+) -> Result<Selection, BacktestError> {
+    let mut plugins = Some(replaced);
     // A fixed seed: the same population and size draw the same evaluations.
     let mut rng = SplitMix(0x6761_7665_6c00);
     loop {
@@ -213,7 +310,7 @@ async fn select(store: &dyn History, req: &Request, name: &str, cancel: &Cancel)
                 return Err(BacktestError::Cancelled);
             }
             let page = store
-                .replay_units(plugin.as_deref(), req.since_ms, req.until_ms, after, PAGE)
+                .replay_units(plugins.as_deref(), req.since_ms, req.until_ms, after, PAGE)
                 .await?;
             let Some(last) = page.last() else { break };
             after = (last.created_at, last.decision_id);
@@ -236,8 +333,8 @@ async fn select(store: &dyn History, req: &Request, name: &str, cancel: &Cancel)
         }
         // A candidate with a new name and nothing named to replace: judge
         // every stored evaluation, as a new plugin would have.
-        if available == 0 && req.replaces.is_none() && plugin.is_some() {
-            plugin = None;
+        if available == 0 && may_be_new && plugins.is_some() {
+            plugins = None;
             continue;
         }
         let drawn = req.sample.map(|_| {
@@ -245,36 +342,41 @@ async fn select(store: &dyn History, req: &Request, name: &str, cancel: &Cancel)
             reservoir
         });
         return Ok(Selection {
-            plugin,
+            plugins,
             available,
             drawn,
         });
     }
 }
 
-/// Runs a backtest: selects, replays in chunks (the candidate's
+/// Runs a backtest: selects, replays in chunks (the candidates'
 /// evaluations on one blocking thread at a time, so a backtest takes at
 /// most one core from live traffic), and reports. Memory is bounded: `all`
 /// streams the window in `(created_at, id)` pages of [`CHUNK`] and refuses a
-/// window of more than `max_all`; a sample holds at most its size.
+/// window of more than `max_all`; a sample holds at most its size. List
+/// versions are read and compiled once per run, under `limits`.
 pub async fn run(
-    store: &dyn History,
+    store: &dyn BacktestStore,
     engine: Arc<RuleEngine>,
-    candidate: &Candidate,
+    candidates: &Candidates,
+    limits: &crate::lists::ListsConfig,
     req: &Request,
     progress: &mut dyn Progress,
 ) -> Result<Report, BacktestError> {
+    if candidates.plugins.is_empty() {
+        return Err(BacktestError::Failed("no plugin to replay".into()));
+    }
     let started_at = now_ms();
     let clock = std::time::Instant::now();
-    let stamp = candidate.plugin.plugin.stamp.clone();
-    let replaces = req.replaces.clone().unwrap_or_else(|| stamp.name.clone());
+    let replaced = candidates.replaced(req);
     let cancel = Cancel(progress.cancel_flag());
-    let selection = select(store, req, &replaces, &cancel).await?;
+    let selection = select(store, req, replaced.clone(), candidates.may_be_new(req), &cancel).await?;
     let total = match &selection.drawn {
         Some(d) => d.len() as u64,
         None => selection.available,
     };
-    let mut tally = replay::Tally::new(candidate, req, selection.plugin.is_some(), cancel);
+    let lists = lists::RunLists::new(limits.clone(), &candidates.lists);
+    let mut tally = replay::Tally::new(candidates, &replaced, lists, req, selection.plugins.is_some(), cancel);
     if !progress.advance(0, total).await {
         return Err(BacktestError::Cancelled);
     }
@@ -294,7 +396,7 @@ pub async fn run(
             loop {
                 let page = store
                     .replay_units(
-                        selection.plugin.as_deref(),
+                        selection.plugins.as_deref(),
                         req.since_ms,
                         req.until_ms,
                         after,
@@ -316,7 +418,6 @@ pub async fn run(
         }
     }
     Ok(tally.report(
-        replaces,
         report::Sample {
             available: selection.available,
             requested: req.sample,
@@ -327,23 +428,22 @@ pub async fn run(
     ))
 }
 
-/// How many evaluations a backtest of `req` with `candidate` would select,
-/// counting no further than `cap`: what the API checks `all` against
-/// before accepting it (the same selection as [`run`]: the replaced
-/// plugin's decisions, else, for a new plugin, one per evaluation).
+/// How many evaluations a backtest of `req` with `candidates` would
+/// select, counting no further than `cap`: what the API checks `all`
+/// against before accepting it (the same selection as [`run`]: the
+/// replaced plugins' decisions, else, for a new plugin, one per evaluation).
 pub async fn count_selection(
     store: &dyn History,
-    candidate: &Candidate,
+    candidates: &Candidates,
     req: &Request,
     cap: u64,
 ) -> Result<u64, StoreError> {
     let cap = i64::try_from(cap).unwrap_or(i64::MAX);
-    let name = req
-        .replaces
-        .clone()
-        .unwrap_or_else(|| candidate.plugin.plugin.stamp.name.clone());
-    let mut n = store.count_units(Some(&name), req.since_ms, req.until_ms, cap).await?;
-    if n == 0 && req.replaces.is_none() {
+    let replaced = candidates.replaced(req);
+    let mut n = store
+        .count_units(Some(&replaced), req.since_ms, req.until_ms, cap)
+        .await?;
+    if n == 0 && candidates.may_be_new(req) {
         n = store.count_units(None, req.since_ms, req.until_ms, cap).await?;
     }
     Ok(n.max(0) as u64)

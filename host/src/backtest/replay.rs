@@ -1,14 +1,16 @@
 //! Judging stored evaluations again: the tally of a backtest, chunk by
 //! chunk, and the step-by-step replay of one item's history.
 
+use super::lists::{CandidateList, ListPlan, ListRef, PinnedLists, RunLists};
 use super::report::{
     Example, Fidelity, Flips, Latencies, Latency, Matrix, Moderators, Report, Sample, VersionRef, Window,
 };
-use super::{BacktestError, Cancel, Candidate, Request, config_map, phase_of};
+use super::{BacktestError, Cancel, Candidate, Candidates, Request, config_map, phase_of};
 use crate::clock::Millis;
 use crate::domain::{ItemStatus, Mode, Outcome, Phase, Verdict};
-use crate::rules::{Evaluation, RuleEngine, Snapshot, snapshot_from_spec};
-use crate::store::{DecisionRecord, History, ReplayUnit, StoreError, StoreResult};
+use crate::lists::ListsConfig;
+use crate::rules::{Evaluation, RegisteredPlugin, RuleEngine, Snapshot, snapshot_from_spec};
+use crate::store::{BacktestStore, DecisionRecord, History, ReplayUnit, StoreError, StoreResult};
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use gavel_plugin_sdk::spec::SnapshotSpec;
@@ -203,8 +205,10 @@ struct ModeratorView {
     last: ItemStatus,
 }
 
-/// One evaluation ready for the candidate.
+/// One evaluation ready for the candidates.
 struct Prepared {
+    /// The unit's decision: the first of the replaced plugins' in this
+    /// evaluation, or (a new plugin) the evaluation's first.
     decision: DecisionRecord,
     /// Every decision of its evaluation.
     evaluation: Vec<DecisionRecord>,
@@ -212,19 +216,43 @@ struct Prepared {
     sync_decisions: Vec<DecisionRecord>,
     item_id: String,
     phase: Phase,
+    /// The stored snapshot as the rules saw it (for the examples' excerpt).
     spec: SnapshotSpec,
+    /// One per candidate judging it.
+    replays: Vec<Replay>,
+}
+
+/// One candidate's judgement of a stored evaluation, to be made.
+struct Replay {
+    /// Index into the tally's candidates.
+    candidate: usize,
+    /// The stored decision it takes the place of (`None`: a new plugin).
+    incumbent: Option<DecisionRecord>,
+    /// The stored snapshot with the candidate's config.
     snapshot: Snapshot,
     /// sha256 of the config the candidate runs with.
     config_digest: String,
+    /// The list versions the evaluation was judged with, and those the
+    /// replay answers from (pinned before each judging pass).
+    lists: ListPlan,
+    pinned: Option<Arc<PinnedLists>>,
     /// In the async phase, when the replaced plugin decided the item's
-    /// sync phase too: that sync snapshot (digest, snapshot) for the
-    /// candidate to judge, or `None` when it is gone (the stored sync
-    /// verdict is then kept).
-    sync: Option<Option<(String, Snapshot)>>,
+    /// sync phase too: that sync snapshot for the candidate to judge, or
+    /// `None` when it is gone (the stored sync verdict is then kept).
+    sync: Option<Option<SyncReplay>>,
+}
+
+/// The sync snapshot a candidate judges again for an async evaluation.
+struct SyncReplay {
+    digest: String,
+    snapshot: Snapshot,
+    lists: ListPlan,
+    pinned: Option<Arc<PinnedLists>>,
 }
 
 /// What the replaced plugin's part of an item's sync verdict becomes on the
 /// new side of an async evaluation.
+#[derive(Debug, Clone, Copy)]
 enum SyncPart {
     /// It had none, or the candidate does not run in the sync phase.
     Dropped,
@@ -234,14 +262,96 @@ enum SyncPart {
     Judged(Option<Verdict>),
 }
 
+/// A replay judged: the candidate's evaluation and its sync part.
+struct Judgement {
+    evaluation: Result<Evaluation, crate::rules::HostError>,
+    sync: SyncPart,
+}
+
+/// The candidates' sync verdicts, by candidate and sync snapshot: judged
+/// once for all of an item's async evaluations.
+type SyncVerdicts = HashMap<(usize, String), SyncPart>;
+
+/// A judging pass over prepared evaluations: those judged, and those whose
+/// rule asked for a list not pinned (with the names), to be judged again.
+type Pass = (
+    Vec<(Prepared, Vec<Judgement>)>,
+    Vec<(Prepared, Vec<String>)>,
+    SyncVerdicts,
+);
+
+/// Judges each prepared evaluation with its candidates, on their pinned
+/// lists, until `stopped`. Blocking: runs the sandbox.
+fn judge(
+    pending: Vec<Prepared>,
+    plugins: &[Arc<RegisteredPlugin>],
+    engine: &RuleEngine,
+    mut sync_verdicts: SyncVerdicts,
+    stopped: impl Fn() -> bool,
+) -> Pass {
+    let (mut judged, mut missed) = (Vec::new(), Vec::new());
+    for p in pending {
+        if stopped() {
+            break;
+        }
+        let mut unpinned: Vec<String> = Vec::new();
+        let mut judgements = Vec::with_capacity(p.replays.len());
+        for r in &p.replays {
+            let plugin = &plugins[r.candidate];
+            let pinned = r.pinned.as_ref().expect("lists are pinned before judging");
+            let evaluation = plugin.evaluate_from(engine, &r.snapshot, p.phase, &pinned.source());
+            unpinned.extend(pinned.unpinned());
+            let sync = match &r.sync {
+                None => SyncPart::Dropped,
+                Some(None) => SyncPart::Kept,
+                Some(Some(s)) => {
+                    let key = (r.candidate, s.digest.clone());
+                    match sync_verdicts.get(&key) {
+                        Some(part) => *part,
+                        None => {
+                            let pinned = s.pinned.as_ref().expect("lists are pinned before judging");
+                            let part = match plugin.evaluate_from(engine, &s.snapshot, Phase::Sync, &pinned.source()) {
+                                Ok(e) => SyncPart::Judged(
+                                    e.decision
+                                        .as_ref()
+                                        .map(|d| d.verdict)
+                                        .filter(|_| e.outcome == Outcome::Ok),
+                                ),
+                                Err(_) => SyncPart::Kept,
+                            };
+                            let asked = pinned.unpinned();
+                            if asked.is_empty() {
+                                sync_verdicts.insert(key, part);
+                            }
+                            unpinned.extend(asked);
+                            part
+                        }
+                    }
+                }
+            };
+            judgements.push(Judgement { evaluation, sync });
+        }
+        if unpinned.is_empty() {
+            judged.push((p, judgements));
+        } else {
+            missed.push((p, unpinned));
+        }
+    }
+    (judged, missed, sync_verdicts)
+}
+
 /// The running totals of a backtest.
 pub(super) struct Tally {
-    candidate: Candidate,
+    candidates: Vec<Candidate>,
+    /// The plugin each candidate replaces, in order.
+    replaced: Vec<String>,
+    lists: RunLists,
+    list_refs: Vec<ListRef>,
     overrides: Vec<(String, String)>,
     since_ms: Millis,
     until_ms: Millis,
     fail_closed: bool,
-    /// Units are the replaced plugin's own decisions (not a new plugin).
+    /// Units are the replaced plugins' own decisions (not a new plugin).
     replacing: bool,
     replayed: u64,
     not_replayable: BTreeMap<String, u64>,
@@ -261,9 +371,19 @@ pub(super) struct Tally {
 }
 
 impl Tally {
-    pub(super) fn new(candidate: &Candidate, req: &Request, replacing: bool, cancel: Cancel) -> Tally {
+    pub(super) fn new(
+        candidates: &Candidates,
+        replaced: &[String],
+        lists: RunLists,
+        req: &Request,
+        replacing: bool,
+        cancel: Cancel,
+    ) -> Tally {
         Tally {
-            candidate: candidate.clone(),
+            candidates: candidates.plugins.clone(),
+            replaced: replaced.to_vec(),
+            lists,
+            list_refs: candidates.lists.values().map(CandidateList::describe).collect(),
             overrides: req.overrides.clone(),
             since_ms: req.since_ms,
             until_ms: req.until_ms,
@@ -289,12 +409,33 @@ impl Tally {
         *self.not_replayable.entry(reason.to_string()).or_default() += 1;
     }
 
+    /// The candidates judging an evaluation in `phase` and the stored
+    /// decisions they replace: each candidate whose replaced plugin decided
+    /// it (held fixed when the candidate does not run in the phase), or the
+    /// one new plugin.
+    fn judges<'e>(&self, evaluation: &'e [DecisionRecord], phase: Phase) -> Vec<(usize, Option<&'e DecisionRecord>)> {
+        let judges: Vec<(usize, Option<&DecisionRecord>)> = if self.replacing {
+            self.replaced
+                .iter()
+                .enumerate()
+                .filter_map(|(i, name)| evaluation.iter().find(|d| &d.plugin == name).map(|d| (i, Some(d))))
+                .collect()
+        } else {
+            vec![(0, None)]
+        };
+        judges
+            .into_iter()
+            .filter(|(i, _)| self.candidates[*i].plugin.phases.contains(&phase))
+            .collect()
+    }
+
     /// Replays one chunk of units: reads each one's evaluation (bounded
     /// reads, whatever its item's history), snapshots and configs, judges
-    /// them with the candidate, and counts.
+    /// them with the candidates on the list versions of the time (or the
+    /// candidate lists), and counts.
     pub(super) async fn replay_chunk(
         &mut self,
-        store: &dyn History,
+        store: &dyn BacktestStore,
         engine: &Arc<RuleEngine>,
         units: &[ReplayUnit],
     ) -> Result<(), BacktestError> {
@@ -308,10 +449,10 @@ impl Tally {
             .try_collect()
             .await?;
 
-        // The documents to read: each unit's snapshot, and its stored config
-        // when the candidate has none of its own.
-        let mut wanted: Vec<(&ReplayUnit, Context, Phase, Option<String>)> = Vec::new();
-        let judges_sync = self.candidate.plugin.phases.contains(&Phase::Sync);
+        // The documents to read: each unit's snapshot, the stored configs
+        // of candidates that have none of their own, and the sync
+        // snapshots the replaced plugins judged.
+        let mut wanted: Vec<(&ReplayUnit, Context, Phase)> = Vec::new();
         let mut digests: HashSet<String> = HashSet::new();
         for (unit, context) in units.iter().zip(contexts) {
             let Some(context) = context else {
@@ -320,7 +461,8 @@ impl Tally {
             };
             let d = &context.decision;
             let Some(phase) = phase_of(d) else { continue };
-            if !self.candidate.plugin.phases.contains(&phase) {
+            let judges = self.judges(&context.evaluation, phase);
+            if judges.is_empty() {
                 self.skip("phase not declared by the candidate");
                 continue;
             }
@@ -329,77 +471,29 @@ impl Tally {
                 continue;
             };
             digests.insert(snapshot);
-            if self.candidate.config.is_none()
-                && self.replacing
-                && let Some(config) = d.config_digest.clone()
-            {
-                digests.insert(config);
+            for (i, incumbent) in judges {
+                if self.candidates[i].config.is_none()
+                    && let Some(config) = incumbent.and_then(|d| d.config_digest.clone())
+                {
+                    digests.insert(config);
+                }
+                if let Some(sync) = self.sync_decision(i, incumbent, &context, phase)
+                    && let Some(digest) = sync.snapshot_digest.clone()
+                {
+                    digests.insert(digest);
+                }
             }
-            // An async evaluation combines with the item's sync verdict: the
-            // candidate judges the sync snapshot the replaced plugin judged.
-            let sync_digest = (phase == Phase::Async && self.replacing && judges_sync)
-                .then(|| {
-                    context
-                        .sync
-                        .iter()
-                        .find(|s| s.plugin == d.plugin)
-                        .map(|s| s.snapshot_digest.clone().unwrap_or_default())
-                })
-                .flatten();
-            if let Some(s) = sync_digest.as_ref().filter(|s| !s.is_empty()) {
-                digests.insert(s.clone());
-            }
-            wanted.push((unit, context, phase, sync_digest));
+            wanted.push((unit, context, phase));
         }
         let digests: Vec<&str> = digests.iter().map(String::as_str).collect();
         let docs = store.input_docs(&digests).await?;
 
         let mut prepared = Vec::with_capacity(wanted.len());
-        for (unit, context, phase, sync_digest) in wanted {
-            let d = &context.decision;
-            let digest = d.snapshot_digest.as_deref().unwrap_or_default();
-            let Some(json) = docs.get(digest) else {
-                self.skip("snapshot expired");
-                continue;
-            };
-            let stored_config = match (&self.candidate.config, self.replacing, d.config_digest.as_deref()) {
-                (None, true, Some(c)) => match docs.get(c) {
-                    Some(json) => Some(json.as_slice()),
-                    None => {
-                        self.skip("config expired");
-                        continue;
-                    }
-                },
-                _ => None,
-            };
-            let config = match config_for(&self.candidate, &self.overrides, stored_config) {
-                Ok(c) => c,
-                Err(_) => {
-                    self.skip("stored config unreadable");
-                    continue;
-                }
-            };
-            let pairs: Vec<(String, String)> = config.clone().into_iter().collect();
-            let sync = sync_digest.map(|digest| {
-                docs.get(&digest)
-                    .and_then(|json| rebuild(json, config.clone()).ok())
-                    .map(|(_, snapshot)| (digest, snapshot))
-            });
-            let Ok((spec, snapshot)) = rebuild(json, config) else {
-                self.skip("stored snapshot unreadable");
-                continue;
-            };
-            prepared.push(Prepared {
-                decision: context.decision,
-                evaluation: context.evaluation,
-                sync_decisions: context.sync,
-                item_id: unit.item_id.clone(),
-                phase,
-                spec,
-                snapshot,
-                config_digest: crate::judge::config_doc(&pairs).digest.clone(),
-                sync,
-            });
+        for (unit, context, phase) in wanted {
+            match self.prepare(unit, context, phase, &docs) {
+                Ok(p) => prepared.push(p),
+                Err(reason) => self.skip(reason),
+            }
         }
         // Only the items replayed here: a unit skipped above keeps no state.
         let mut items: Vec<&str> = prepared.iter().map(|p| p.item_id.as_str()).collect();
@@ -407,58 +501,125 @@ impl Tally {
         items.dedup();
         self.learn_moderators(store, &items).await?;
 
-        let plugin = self.candidate.plugin.clone();
-        let engine = engine.clone();
-        let cancel = self.cancel.clone();
-        let stopped = move || cancel.is_set();
-        let judged = tokio::task::spawn_blocking(move || {
-            // One sync snapshot judged once for all its item's async evaluations.
-            let mut sync_verdicts: HashMap<String, Option<Evaluation>> = HashMap::new();
-            prepared
-                .into_iter()
-                .map_while(|p| {
-                    (!stopped()).then(|| {
-                        let e = plugin.evaluate(&engine, &p.snapshot, p.phase);
-                        let sync = match &p.sync {
-                            None => SyncPart::Dropped,
-                            Some(None) => SyncPart::Kept,
-                            Some(Some((digest, snapshot))) => {
-                                let judged = sync_verdicts
-                                    .entry(digest.clone())
-                                    .or_insert_with(|| plugin.evaluate(&engine, snapshot, Phase::Sync).ok());
-                                match judged {
-                                    Some(s) => SyncPart::Judged(
-                                        s.decision
-                                            .as_ref()
-                                            .map(|d| d.verdict)
-                                            .filter(|_| s.outcome == Outcome::Ok),
-                                    ),
-                                    None => SyncPart::Kept,
-                                }
-                            }
-                        };
-                        (p, e, sync)
-                    })
-                })
-                .collect::<Vec<_>>()
-        })
-        .await
-        .map_err(|e| BacktestError::Failed(format!("the candidate's evaluation thread failed: {e}")))?;
-        if self.cancel.is_set() {
-            return Err(BacktestError::Cancelled);
+        let plugins: Arc<Vec<Arc<RegisteredPlugin>>> =
+            Arc::new(self.candidates.iter().map(|c| c.plugin.clone()).collect());
+        let mut sync_verdicts = SyncVerdicts::new();
+        let mut pending = prepared;
+        let mut judged = Vec::new();
+        // A pass judges what is pending; an evaluation whose rule asked for
+        // a list not pinned goes round again with that list pinned (every
+        // round pins at least one more name, so this ends).
+        while !pending.is_empty() {
+            for p in &mut pending {
+                for r in &mut p.replays {
+                    r.pinned = Some(self.lists.pin(store, &r.lists).await?);
+                    if let Some(Some(s)) = &mut r.sync {
+                        s.pinned = Some(self.lists.pin(store, &s.lists).await?);
+                    }
+                }
+            }
+            let (plugins, engine, cancel) = (plugins.clone(), engine.clone(), self.cancel.clone());
+            let (done, missed, verdicts) = tokio::task::spawn_blocking(move || {
+                judge(pending, &plugins, &engine, sync_verdicts, move || cancel.is_set())
+            })
+            .await
+            .map_err(|e| BacktestError::Failed(format!("the candidate's evaluation thread failed: {e}")))?;
+            if self.cancel.is_set() {
+                return Err(BacktestError::Cancelled);
+            }
+            sync_verdicts = verdicts;
+            judged.extend(done);
+            pending = Vec::with_capacity(missed.len());
+            for (p, asked) in missed {
+                self.lists.learn(asked);
+                pending.push(p);
+            }
         }
 
-        for (p, e, sync_part) in judged {
-            match e {
-                Ok(e) => {
-                    let evaluation: Vec<&DecisionRecord> = p.evaluation.iter().collect();
-                    let sync: Vec<&DecisionRecord> = p.sync_decisions.iter().collect();
-                    self.count(&p, &e, &evaluation, &sync, sync_part);
-                }
-                Err(_) => self.skip("host busy"),
+        for (p, judgements) in judged {
+            if judgements.iter().all(|j| j.evaluation.is_ok()) {
+                self.count(&p, &judgements);
+            } else {
+                self.skip("host busy");
             }
         }
         Ok(())
+    }
+
+    /// For candidate `i` replacing `incumbent` in an async evaluation: the
+    /// replaced plugin's sync decision in force, which the candidate
+    /// judges again when it runs in the sync phase (`None`: nothing to
+    /// judge, the replaced plugin's part of the sync floor is dropped).
+    fn sync_decision<'c>(
+        &self,
+        i: usize,
+        incumbent: Option<&DecisionRecord>,
+        context: &'c Context,
+        phase: Phase,
+    ) -> Option<&'c DecisionRecord> {
+        let incumbent = incumbent?;
+        if phase != Phase::Async || !self.candidates[i].plugin.phases.contains(&Phase::Sync) {
+            return None;
+        }
+        context.sync.iter().find(|s| s.plugin == incumbent.plugin)
+    }
+
+    /// One evaluation ready to judge: each candidate's snapshot (its
+    /// config in place), list plan and sync snapshot; or why it cannot be.
+    fn prepare(
+        &self,
+        unit: &ReplayUnit,
+        context: Context,
+        phase: Phase,
+        docs: &HashMap<String, Vec<u8>>,
+    ) -> Result<Prepared, &'static str> {
+        let d = &context.decision;
+        let json = docs
+            .get(d.snapshot_digest.as_deref().unwrap_or_default())
+            .ok_or("snapshot expired")?;
+        let mut replays = Vec::new();
+        let mut spec = None;
+        for (i, incumbent) in self.judges(&context.evaluation, phase) {
+            let candidate = &self.candidates[i];
+            let stored_config = match (&candidate.config, incumbent.and_then(|d| d.config_digest.as_deref())) {
+                (None, Some(c)) => Some(docs.get(c).ok_or("config expired")?.as_slice()),
+                _ => None,
+            };
+            let config =
+                config_for(candidate, &self.overrides, stored_config).map_err(|_| "stored config unreadable")?;
+            let pairs: Vec<(String, String)> = config.clone().into_iter().collect();
+            // Its sync snapshot gone (or never stored): the stored verdict stands.
+            let sync = self.sync_decision(i, incumbent, &context, phase).map(|sync| {
+                let digest = sync.snapshot_digest.clone()?;
+                let (_, snapshot) = rebuild(docs.get(&digest)?, config.clone()).ok()?;
+                Some(SyncReplay {
+                    digest,
+                    snapshot,
+                    lists: ListPlan::of(Some(sync), sync.created_at),
+                    pinned: None,
+                })
+            });
+            let (s, snapshot) = rebuild(json, config).map_err(|_| "stored snapshot unreadable")?;
+            spec.get_or_insert(s);
+            replays.push(Replay {
+                candidate: i,
+                incumbent: incumbent.cloned(),
+                snapshot,
+                config_digest: crate::judge::config_doc(&pairs).digest.clone(),
+                lists: ListPlan::of(incumbent, d.created_at),
+                pinned: None,
+                sync,
+            });
+        }
+        Ok(Prepared {
+            decision: context.decision,
+            evaluation: context.evaluation,
+            sync_decisions: context.sync,
+            item_id: unit.item_id.clone(),
+            phase,
+            spec: spec.ok_or("phase not declared by the candidate")?,
+            replays,
+        })
     }
 
     /// Reads what moderators did to `items` not seen in an earlier chunk.
@@ -483,78 +644,100 @@ impl Tally {
         Ok(())
     }
 
-    /// Counts one replayed evaluation. `sync` are the item's sync-phase
-    /// decisions in force: in the async phase their verdict combines with
-    /// the evaluation's, the replaced plugin's part on the new side as
-    /// `sync_part` says.
-    fn count(
-        &mut self,
-        p: &Prepared,
-        e: &Evaluation,
-        evaluation: &[&DecisionRecord],
-        sync: &[&DecisionRecord],
-        sync_part: SyncPart,
-    ) {
+    /// Whether a replay's fidelity can be checked: the candidate is the
+    /// code and config of the stored decision, and neither consulted a
+    /// candidate list (which is meant to answer otherwise).
+    fn reproduces(&self, r: &Replay, d: &DecisionRecord, e: &Evaluation) -> bool {
+        d.plugin_digest == e.plugin.digest.to_hex()
+            && d.config_digest.as_deref() == Some(&r.config_digest)
+            && !d.lists.iter().chain(&e.lists).any(|l| self.lists.is_candidate(&l.name))
+    }
+
+    /// Counts one replayed evaluation: its stored decisions recombined
+    /// before, and with each replay's verdict in place of the decision it
+    /// replaces after. In the async phase the item's sync-phase decisions
+    /// in force combine too, each replaced plugin's part on the new side
+    /// as its replay's [`SyncPart`] says.
+    fn count(&mut self, p: &Prepared, judgements: &[Judgement]) {
         let fail_closed = self.fail_closed;
-        let incumbent = self.replacing.then_some(&p.decision);
-        let replaced = incumbent.map(|d| d.plugin.as_str());
-        let sync_verdict = |leave_out: Option<&str>| {
+        let judged: Vec<(&Replay, &Evaluation, SyncPart)> = p
+            .replays
+            .iter()
+            .zip(judgements)
+            .filter_map(|(r, j)| Some((r, j.evaluation.as_ref().ok()?, j.sync)))
+            .collect();
+        let replaced: Vec<&str> = judged
+            .iter()
+            .filter_map(|(r, ..)| r.incumbent.as_ref().map(|d| d.plugin.as_str()))
+            .collect();
+        let sync_verdict = |leave_out: &[&str]| {
             Verdict::most_severe(
-                sync.iter()
-                    .filter(|d| d.mode == Mode::Enforce && Some(d.plugin.as_str()) != leave_out)
+                p.sync_decisions
+                    .iter()
+                    .filter(|d| d.mode == Mode::Enforce && !leave_out.contains(&d.plugin.as_str()))
                     .filter_map(|d| counted(d.outcome, d.verdict, Phase::Sync, fail_closed)),
             )
         };
-        let same_phase = |d: &&&DecisionRecord| phase_of(d) == Some(p.phase);
-        let enforcing = |d: &&&DecisionRecord| d.mode == Mode::Enforce;
+        let stored = |d: &&DecisionRecord| phase_of(d) == Some(p.phase) && d.mode == Mode::Enforce;
         let old = combine(
-            evaluation
+            p.evaluation
                 .iter()
-                .filter(same_phase)
-                .filter(enforcing)
+                .filter(stored)
                 .map(|d| counted(d.outcome, d.verdict, p.phase, fail_closed)),
             p.phase,
-            sync_verdict(None),
+            sync_verdict(&[]),
         );
-        let candidate_verdict = e.decision.as_ref().map(|d| d.verdict);
-        let new = combine(
-            evaluation
-                .iter()
-                .filter(same_phase)
-                .filter(enforcing)
-                .filter(|d| Some(d.plugin.as_str()) != replaced)
-                .map(|d| counted(d.outcome, d.verdict, p.phase, fail_closed))
-                .chain([counted(e.outcome, candidate_verdict, p.phase, fail_closed)]),
-            p.phase,
-            match sync_part {
-                SyncPart::Dropped => sync_verdict(replaced),
-                SyncPart::Kept => sync_verdict(None),
-                // `defer` does not count in the sync phase.
-                SyncPart::Judged(v) => Verdict::most_severe(
-                    sync_verdict(replaced)
-                        .into_iter()
-                        .chain(v.filter(|v| *v != Verdict::Defer)),
-                ),
-            },
-        );
+        // The replaced plugins' parts of the sync floor: dropped or judged
+        // again by their candidates, else kept as stored. `defer` does not
+        // count in the sync phase.
+        let sync_replaced: Vec<&str> = judged
+            .iter()
+            .filter(|(.., part)| !matches!(part, SyncPart::Kept))
+            .filter_map(|(r, ..)| r.incumbent.as_ref().map(|d| d.plugin.as_str()))
+            .collect();
+        let sync_judged = judged.iter().filter_map(|(.., part)| match part {
+            SyncPart::Judged(v) => v.filter(|v| *v != Verdict::Defer),
+            _ => None,
+        });
+        let new =
+            combine(
+                p.evaluation
+                    .iter()
+                    .filter(stored)
+                    .filter(|d| !replaced.contains(&d.plugin.as_str()))
+                    .map(|d| counted(d.outcome, d.verdict, p.phase, fail_closed))
+                    .chain(judged.iter().map(|(_, e, _)| {
+                        counted(e.outcome, e.decision.as_ref().map(|d| d.verdict), p.phase, fail_closed)
+                    })),
+                p.phase,
+                Verdict::most_severe(sync_verdict(&sync_replaced).into_iter().chain(sync_judged)),
+            );
         self.replayed += 1;
-        let old_word = incumbent.map_or_else(|| "none".to_string(), |d| word(d.outcome, d.verdict));
-        let new_word = word(e.outcome, candidate_verdict);
-        bump(&mut self.verdicts, &old_word, &new_word);
-        bump(&mut self.statuses, old.as_str(), new.as_str());
-        *self.outcomes.entry(e.outcome.as_str().to_string()).or_default() += 1;
-        self.candidate_us.push(e.duration.as_micros() as u64);
-        if let Some(d) = incumbent {
-            self.incumbent_us.push(d.duration_us.max(0) as u64);
-            self.incumbents
-                .insert((d.plugin.clone(), d.plugin_version.clone(), d.plugin_digest.clone()));
-            if d.plugin_digest == e.plugin.digest.to_hex() && d.config_digest.as_deref() == Some(&p.config_digest) {
-                self.fidelity.checked += 1;
-                if same_decision(d, e) {
-                    self.fidelity.identical += 1;
+        for (r, e, _) in &judged {
+            let old_word = r
+                .incumbent
+                .as_ref()
+                .map_or_else(|| "none".to_string(), |d| word(d.outcome, d.verdict));
+            bump(
+                &mut self.verdicts,
+                &old_word,
+                &word(e.outcome, e.decision.as_ref().map(|d| d.verdict)),
+            );
+            *self.outcomes.entry(e.outcome.as_str().to_string()).or_default() += 1;
+            self.candidate_us.push(e.duration.as_micros() as u64);
+            if let Some(d) = &r.incumbent {
+                self.incumbent_us.push(d.duration_us.max(0) as u64);
+                self.incumbents
+                    .insert((d.plugin.clone(), d.plugin_version.clone(), d.plugin_digest.clone()));
+                if self.reproduces(r, d, e) {
+                    self.fidelity.checked += 1;
+                    if same_decision(d, e) {
+                        self.fidelity.identical += 1;
+                    }
                 }
             }
         }
+        bump(&mut self.statuses, old.as_str(), new.as_str());
         let bucket = match (actioned(old), actioned(new)) {
             _ if old == new => None,
             (false, true) => Some("newly_actioned"),
@@ -570,18 +753,35 @@ impl Tally {
         if let Some(bucket) = bucket {
             let examples = self.flips.examples.entry(bucket.to_string()).or_default();
             if examples.len() < EXAMPLES {
+                // One replay (a plugin backtest) reads as before; several
+                // name their plugins.
+                let each = |part: &dyn Fn(&Replay, &Evaluation) -> String| -> String {
+                    match &judged[..] {
+                        [(r, e, _)] => part(r, e),
+                        many => many
+                            .iter()
+                            .map(|(r, e, _)| format!("{}: {}", e.plugin.name, part(r, e)))
+                            .collect::<Vec<_>>()
+                            .join("; "),
+                    }
+                };
                 examples.push(Example {
                     item_id: p.item_id.clone(),
                     at_ms: p.decision.created_at,
-                    old_decision: old_word,
-                    old_reason: incumbent.map(|d| d.reason.clone()).unwrap_or_default(),
-                    new_decision: new_word,
-                    new_reason: e
-                        .decision
-                        .as_ref()
-                        .map(|d| d.reason.clone())
-                        .or_else(|| e.error.clone())
-                        .unwrap_or_default(),
+                    old_decision: each(&|r, _| {
+                        r.incumbent
+                            .as_ref()
+                            .map_or_else(|| "none".to_string(), |d| word(d.outcome, d.verdict))
+                    }),
+                    old_reason: each(&|r, _| r.incumbent.as_ref().map(|d| d.reason.clone()).unwrap_or_default()),
+                    new_decision: each(&|_, e| word(e.outcome, e.decision.as_ref().map(|d| d.verdict))),
+                    new_reason: each(&|_, e| {
+                        e.decision
+                            .as_ref()
+                            .map(|d| d.reason.clone())
+                            .or_else(|| e.error.clone())
+                            .unwrap_or_default()
+                    }),
                     old_status: old.as_str().to_string(),
                     new_status: new.as_str().to_string(),
                     excerpt: excerpt(&p.spec.item.text),
@@ -591,13 +791,22 @@ impl Tally {
         if let Some(m) = self.moderators.get(&p.item_id)
             && p.decision.created_at < m.first_at
         {
+            let incumbent_actioned = |d: &DecisionRecord| d.outcome == Outcome::Ok && actions(d.verdict);
             let seen = Reviewed {
                 at: p.decision.created_at,
                 old_actioned: actioned(old),
                 new_actioned: actioned(new),
-                incumbent_actioned: incumbent.is_some_and(|d| d.outcome == Outcome::Ok && actions(d.verdict)),
-                incumbent_reversed: incumbent.is_some_and(|d| d.reversed_at.is_some()),
-                candidate_actioned: actions(candidate_verdict),
+                incumbent_actioned: judged
+                    .iter()
+                    .any(|(r, ..)| r.incumbent.as_ref().is_some_and(incumbent_actioned)),
+                incumbent_reversed: judged.iter().any(|(r, ..)| {
+                    r.incumbent
+                        .as_ref()
+                        .is_some_and(|d| incumbent_actioned(d) && d.reversed_at.is_some())
+                }),
+                candidate_actioned: judged
+                    .iter()
+                    .any(|(_, e, _)| actions(e.decision.as_ref().map(|d| d.verdict))),
             };
             let slot = self.reviewed.entry(p.item_id.clone()).or_insert(seen);
             if seen.at >= slot.at {
@@ -616,7 +825,7 @@ impl Tally {
             m.decided += 1;
             m.old_agree += u64::from(r.old_actioned == moderator);
             m.new_agree += u64::from(r.new_actioned == moderator);
-            m.reversals_avoided += u64::from(r.incumbent_actioned && r.incumbent_reversed && !r.candidate_actioned);
+            m.reversals_avoided += u64::from(r.incumbent_reversed && !r.candidate_actioned);
             m.overturns_reintroduced += u64::from(!moderator && !r.incumbent_actioned && r.candidate_actioned);
         }
         let rate = |n: u64| (m.decided > 0).then(|| n as f64 / m.decided as f64);
@@ -625,11 +834,23 @@ impl Tally {
         m
     }
 
-    pub(super) fn report(self, replaces: String, sample: Sample, started_at_ms: Millis, elapsed_ms: u64) -> Report {
-        let stamp = &self.candidate.plugin.plugin.stamp;
+    pub(super) fn report(self, sample: Sample, started_at_ms: Millis, elapsed_ms: u64) -> Report {
         let moderators = self.moderators();
+        let candidates: Vec<VersionRef> = self
+            .candidates
+            .iter()
+            .map(|c| VersionRef::of(&c.plugin.plugin.stamp))
+            .collect();
+        // One candidate's config (its own, or `null`: the stored one);
+        // several run each with its own deployed config.
+        let config = match &self.candidates[..] {
+            [one] => one.config.as_deref().map(config_map),
+            _ => None,
+        };
         Report {
-            candidate: VersionRef::of(stamp),
+            candidate: candidates[0].clone(),
+            candidates,
+            lists: self.list_refs,
             incumbent: self
                 .incumbents
                 .iter()
@@ -639,8 +860,8 @@ impl Tally {
                     digest: digest.clone(),
                 })
                 .collect(),
-            replaces,
-            config: self.candidate.config.as_deref().map(config_map),
+            replaces: self.replaced.join(", "),
+            config,
             overrides: config_map(&self.overrides),
             window: Window {
                 since_ms: self.since_ms,
@@ -667,9 +888,10 @@ impl Tally {
     }
 }
 
-/// Whether the candidate decided exactly as stored.
+/// Whether the candidate decided exactly as stored, on the same list
+/// versions.
 fn same_decision(stored: &DecisionRecord, e: &Evaluation) -> bool {
-    match &e.decision {
+    let same = match &e.decision {
         Some(d) => {
             stored.outcome == Outcome::Ok
                 && stored.verdict == Some(d.verdict)
@@ -678,7 +900,8 @@ fn same_decision(stored: &DecisionRecord, e: &Evaluation) -> bool {
                 && stored.reason == d.reason
         }
         None => stored.outcome == e.outcome,
-    }
+    };
+    same && stored.lists == e.lists
 }
 
 fn percentiles(mut v: Vec<u64>) -> Latency {
@@ -796,15 +1019,18 @@ async fn newest_evaluations(
 /// A page of `item_id`'s stored evaluations (see [`ReplayPage`]), each with
 /// what its plugins decided and, given a candidate, what it decides on the
 /// stored snapshot now (with its own config, else the stored config of the
-/// decision of the same name, else none). Reading is bounded by the page;
-/// unpacking the snapshots and judging them run on a blocking thread, off
-/// the async runtime.
+/// decision of the same name, else none), its list calls answered from the
+/// versions of the time (those the decision of the same name recorded,
+/// else the versions in force then; compiled under `limits`). Reading is
+/// bounded by the page; unpacking the snapshots and judging them run on a
+/// blocking thread, off the async runtime.
 pub async fn replay_item(
-    store: &dyn History,
+    store: &dyn BacktestStore,
     engine: &Arc<RuleEngine>,
     item_id: &str,
     candidate: Option<&Candidate>,
     page: ReplayPage,
+    limits: &ListsConfig,
 ) -> Result<ItemReplay, BacktestError> {
     let page = ReplayPage {
         limit: page.limit.clamp(1, MAX_REPLAYED_EVALUATIONS),
@@ -827,11 +1053,51 @@ pub async fn replay_item(
     }
     let docs = store.input_docs(&digests).await?;
     let candidate_ref = candidate.map(|c| VersionRef::of(&c.plugin.plugin.stamp));
-    let candidate = candidate.cloned();
-    let engine = engine.clone();
-    let evaluations = tokio::task::spawn_blocking(move || replay_groups(&groups, &docs, &engine, candidate.as_ref()))
+    let shown = {
+        let candidate = candidate.cloned();
+        tokio::task::spawn_blocking(move || replay_groups(&groups, &docs, candidate.as_ref()))
+    };
+    let (mut evaluations, mut pending) = shown
         .await
         .map_err(|e| BacktestError::Failed(format!("the replay thread failed: {e}")))?;
+    // As in a backtest: a rule that asked for a list not pinned is judged
+    // again with that list pinned.
+    let mut lists = RunLists::new(limits.clone(), &BTreeMap::new());
+    while let Some(c) = candidate.filter(|_| !pending.is_empty()) {
+        for j in &mut pending {
+            j.pinned = Some(lists.pin(store, &j.lists).await?);
+        }
+        let (plugin, engine) = (c.plugin.clone(), engine.clone());
+        let judging = tokio::task::spawn_blocking(move || {
+            let mut judged = Vec::new();
+            let mut missed = Vec::new();
+            for j in pending {
+                let pinned = j.pinned.as_ref().expect("lists are pinned before judging");
+                let e = plugin.evaluate_from(&engine, &j.snapshot, j.phase, &pinned.source());
+                match pinned.unpinned() {
+                    asked if asked.is_empty() => judged.push((j.index, e)),
+                    asked => missed.push((j, asked)),
+                }
+            }
+            (judged, missed)
+        });
+        let (judged, missed) = judging
+            .await
+            .map_err(|e| BacktestError::Failed(format!("the replay thread failed: {e}")))?;
+        for (index, e) in judged {
+            match e {
+                Ok(e) => evaluations[index].candidate = Some(e),
+                Err(e) => evaluations[index].not_replayable = Some(format!("host busy: {e}")),
+            }
+        }
+        pending = missed
+            .into_iter()
+            .map(|(j, asked)| {
+                lists.learn(asked);
+                j
+            })
+            .collect();
+    }
     Ok(ItemReplay {
         item_id: item_id.to_string(),
         candidate: candidate_ref,
@@ -840,18 +1106,29 @@ pub async fn replay_item(
     })
 }
 
-/// Each evaluation as shown, judged by `candidate` when given. Blocking:
-/// parses the snapshots and runs the candidate.
+/// A stored evaluation of an item for the candidate to judge.
+struct ToJudge {
+    /// Its place in the page.
+    index: usize,
+    snapshot: Snapshot,
+    phase: Phase,
+    lists: ListPlan,
+    pinned: Option<Arc<PinnedLists>>,
+}
+
+/// Each evaluation as shown, and those the candidate (when given) is to
+/// judge. Blocking: parses the snapshots.
 fn replay_groups(
     groups: &[Vec<DecisionRecord>],
     docs: &HashMap<String, Vec<u8>>,
-    engine: &Arc<RuleEngine>,
     candidate: Option<&Candidate>,
-) -> Vec<ReplayedEvaluation> {
+) -> (Vec<ReplayedEvaluation>, Vec<ToJudge>) {
     let name = candidate.map(|c| c.plugin.plugin.info.name.as_str());
-    groups
+    let mut to_judge = Vec::new();
+    let shown = groups
         .iter()
-        .map(|ds| {
+        .enumerate()
+        .map(|(index, ds)| {
             let first = &ds[0];
             let snapshot_digest = first.snapshot_digest.clone();
             let json = snapshot_digest.as_deref().and_then(|d| docs.get(d));
@@ -870,26 +1147,27 @@ fn replay_groups(
                 candidate: None,
             };
             if let (Some(c), Some(json), Some(phase)) = (candidate, json, phase_of(first)) {
-                let stored_config = ds
-                    .iter()
-                    .find(|d| Some(d.plugin.as_str()) == name)
+                let own = ds.iter().find(|d| Some(d.plugin.as_str()) == name);
+                let stored_config = own
                     .and_then(|d| d.config_digest.as_deref())
                     .and_then(|d| docs.get(d))
                     .map(|v| v.as_slice());
                 match config_for(c, &[], stored_config).and_then(|config| rebuild(json, config)) {
-                    Ok((_, snapshot)) if c.plugin.phases.contains(&phase) => {
-                        match c.plugin.evaluate(engine, &snapshot, phase) {
-                            Ok(e) => evaluation.candidate = Some(e),
-                            Err(e) => evaluation.not_replayable = Some(format!("host busy: {e}")),
-                        }
-                    }
+                    Ok((_, snapshot)) if c.plugin.phases.contains(&phase) => to_judge.push(ToJudge {
+                        index,
+                        snapshot,
+                        phase,
+                        lists: ListPlan::of(own, first.created_at),
+                        pinned: None,
+                    }),
                     Ok(_) => evaluation.not_replayable = Some("phase not declared by the candidate".into()),
                     Err(e) => evaluation.not_replayable = Some(format!("stored snapshot unreadable: {e}")),
                 }
             }
             evaluation
         })
-        .collect()
+        .collect();
+    (shown, to_judge)
 }
 
 fn replayed_decision(d: &DecisionRecord) -> ReplayedDecision {

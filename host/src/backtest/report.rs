@@ -132,22 +132,35 @@ pub struct Fidelity {
 /// What a candidate would have done to stored history.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Report {
+    /// The plugin judging (the first, when several did).
     pub candidate: VersionRef,
-    /// The versions of the replaced plugin whose decisions were replayed
+    /// Every plugin judging: the candidate; in a backtest of candidate
+    /// lists alone, the deployed version of each plugin whose decisions in
+    /// the window consulted them, each in place of its own decisions.
+    #[serde(default)]
+    pub candidates: Vec<VersionRef>,
+    /// The candidate lists answering the rules' calls in place of the
+    /// stored lists of the same names (empty: every list answered from the
+    /// version each replayed decision used).
+    #[serde(default)]
+    pub lists: Vec<super::ListRef>,
+    /// The versions of the replaced plugins whose decisions were replayed
     /// (usually one; several when it changed inside the window). Empty for
     /// a new plugin.
     pub incumbent: Vec<VersionRef>,
-    /// The plugin name replaced.
+    /// The plugin names replaced (comma-separated when several).
     pub replaces: String,
     /// The candidate's own config (its sidecar's, or a loaded plugin's);
     /// `null` when it has none and each evaluation used the config stored
-    /// with the replaced decision.
+    /// with the replaced decision, or when several plugins judged (each
+    /// with its deployed config).
     pub config: Option<BTreeMap<String, String>>,
     /// Config pairs set for this backtest, on top of either.
     pub overrides: BTreeMap<String, String>,
     pub window: Window,
     pub sample: Sample,
-    /// The replaced plugin's verdict (or failed outcome, or `none`) → the candidate's.
+    /// The replaced plugin's verdict (or failed outcome, or `none`) → the
+    /// candidate's (each judging plugin's, when several did).
     pub verdicts: Matrix,
     /// The combined status before → after, the other enforcing plugins'
     /// stored decisions held fixed.

@@ -1,11 +1,13 @@
 //! `gavel backtest` and `gavel replay`: judging stored history again with a
-//! candidate plugin, from the command line. Both read the store `gavel
-//! serve` uses (the same configuration) and write no data to it (opening
-//! it applies pending migrations, as every gavel command does).
+//! candidate plugin or candidate lists, from the command line. Both read
+//! the store `gavel serve` uses (the same configuration) and write no data
+//! to it (opening it applies pending migrations, as every gavel command
+//! does).
 
 use super::parse_pair;
-use crate::backtest::{self, Candidate, Progress, Report};
+use crate::backtest::{self, Candidate, Candidates, GivenList, Progress, Report};
 use crate::clock::{Millis, format_utc, now_ms};
+use crate::lists::{Entry, ListKind};
 use anyhow::Context;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -36,15 +38,45 @@ impl StoreFlags {
     }
 }
 
+/// What `gavel backtest --help` says after the options.
+const BACKTEST_HELP: &str = "\
+Every rule's list calls are answered from the list versions each replayed decision used (a list it did \
+not consult: the version in force at its time, else unknown), or from a candidate list given with --list.
+
+A candidate list file holds one entry per line (each line trimmed; blank lines and lines starting with `#` \
+are left out), or, named `*.json`, the body `PUT /v1/lists/{name}` takes \
+(`{\"kind\": …, \"entries\": [{\"value\": …, \"note\": …}]}`; `kind` and `reason` optional). Its entries are \
+checked as `PUT` checks them.
+
+Examples:
+  gavel backtest --candidate new/banned-terms.wasm --since 7d
+  gavel backtest --list scam-phrases=phrases.txt --since 7d    (the deployed plugins that consulted it)
+  gavel backtest --candidate probe.wasm --list new-domains:domains=domains.txt";
+
+/// `gavel backtest`: what to replay with, over which window, and where
+/// the report goes.
 #[derive(Debug, clap::Args)]
+#[command(after_help = BACKTEST_HELP)]
 pub struct BacktestArgs {
     /// The candidate component (`.wasm`); its sidecar `NAME.toml`, if any,
-    /// gives its config and limits.
-    #[arg(long)]
-    pub candidate: PathBuf,
+    /// gives its config and limits. Without one, `--list` is required and
+    /// the deployed plugins (`--plugin-dir`) whose decisions in the window
+    /// consulted one of the lists are replayed, each in place of its own
+    /// decisions.
+    #[arg(long, required_unless_present = "lists")]
+    pub candidate: Option<PathBuf>,
     /// The plugin whose decisions it replaces (default: its own name).
-    #[arg(long)]
+    #[arg(long, requires = "candidate")]
     pub replaces: Option<String>,
+    /// A candidate list, `NAME=FILE`, in place of the stored list NAME
+    /// (repeatable); `NAME:KIND=FILE` for a list the store does not have
+    /// (KIND: terms, patterns, domains, strings or cidrs).
+    #[arg(long = "list", id = "lists", value_name = "NAME[:KIND]=FILE", value_parser = parse_list_arg)]
+    pub lists: Vec<ListArg>,
+    /// The deployed plugins, for `--list` without `--candidate` (default:
+    /// the configuration's `plugin_dir`).
+    #[arg(long, conflicts_with = "candidate")]
+    pub plugin_dir: Option<PathBuf>,
     /// Config pairs on top of the candidate's config, `key=value` (repeatable).
     #[arg(long = "config", value_parser = parse_pair)]
     pub config: Vec<(String, String)>,
@@ -111,6 +143,85 @@ pub fn parse_time(s: &str) -> Result<Millis, String> {
     Ok(now_ms() - n.saturating_mul(per))
 }
 
+/// `--list NAME[:KIND]=FILE`, as given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListArg {
+    pub name: String,
+    pub kind: Option<ListKind>,
+    pub file: PathBuf,
+}
+
+fn parse_list_arg(s: &str) -> Result<ListArg, String> {
+    let (target, file) = s
+        .split_once('=')
+        .filter(|(_, file)| !file.is_empty())
+        .ok_or_else(|| format!("expected NAME=FILE or NAME:KIND=FILE, got {s:?}"))?;
+    let (name, kind) = match target.split_once(':') {
+        Some((name, kind)) => (name, Some(kind.parse::<ListKind>().map_err(|e| e.to_string())?)),
+        None => (target, None),
+    };
+    if !crate::lists::valid_name(name) {
+        return Err(format!(
+            "{name:?} is not a list name: 1-64 lowercase letters, digits, `.`, `_` and `-`"
+        ));
+    }
+    Ok(ListArg {
+        name: name.to_string(),
+        kind,
+        file: PathBuf::from(file),
+    })
+}
+
+/// A candidate list file in JSON: the body `PUT /v1/lists/{name}` takes,
+/// its reason optional (and unused here).
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListFile {
+    kind: Option<ListKind>,
+    #[serde(default)]
+    #[allow(dead_code, reason = "accepted so a PUT body can be backtested as it is")]
+    reason: Option<String>,
+    entries: Vec<Entry>,
+}
+
+/// The entries of a text list file: one per line, trimmed; blank lines and
+/// lines starting with `#` left out.
+fn entries_from_lines(text: &str) -> Vec<Entry> {
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .map(Entry::new)
+        .collect()
+}
+
+/// A `--list` file's entries (and kind, when its JSON gives one): JSON
+/// when named `*.json`, else one entry per line.
+fn read_list_file(arg: &ListArg) -> anyhow::Result<GivenList> {
+    let path = &arg.file;
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading list file {}", path.display()))?;
+    let (kind, entries) = if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json")) {
+        let file: ListFile = serde_json::from_str(&text).with_context(|| format!("list file {}", path.display()))?;
+        (file.kind, file.entries)
+    } else {
+        (None, entries_from_lines(&text))
+    };
+    let kind = match (arg.kind, kind) {
+        (Some(a), Some(f)) if a != f => {
+            anyhow::bail!(
+                "--list {} says kind {a}, its file {} says {f}",
+                arg.name,
+                path.display()
+            )
+        }
+        (a, f) => a.or(f),
+    };
+    Ok(GivenList {
+        name: arg.name.clone(),
+        kind,
+        entries,
+    })
+}
+
 /// The store, the engine (the server's limits and compilation cache) and
 /// a registry to prepare candidates with.
 async fn open(
@@ -170,9 +281,43 @@ impl Progress for Bar {
     }
 }
 
+/// What `args` judges with: its candidate, else the plugins of the plugin
+/// directory whose decisions in the window consulted its lists.
+async fn candidates(
+    args: &BacktestArgs,
+    config: &crate::config::Config,
+    store: &crate::store::SharedStore,
+    registry: &Arc<crate::rules::Registry>,
+    request: &backtest::Request,
+) -> anyhow::Result<Candidates> {
+    let given = args
+        .lists
+        .iter()
+        .map(read_list_file)
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let lists = backtest::candidate_lists(store.as_ref(), given, &config.lists).await?;
+    if let Some(file) = &args.candidate {
+        return Ok(Candidates::plugin(prepare(registry, file).await?, lists));
+    }
+    let dir = args.plugin_dir.clone().unwrap_or_else(|| config.plugin_dir.clone());
+    let loading = registry.clone();
+    let loaded = dir.clone();
+    tokio::task::spawn_blocking(move || loading.load_dir(&loaded))
+        .await?
+        .with_context(|| format!("loading the deployed plugins from {}", dir.display()))?;
+    let names: Vec<String> = lists.keys().cloned().collect();
+    let found = Candidates::deployed_consulting(store.as_ref(), registry, lists, request).await?;
+    anyhow::ensure!(
+        !found.plugins.is_empty(),
+        "no plugin of {} made a decision in the window that consulted {}",
+        dir.display(),
+        names.join(", ")
+    );
+    Ok(found)
+}
+
 pub async fn backtest(args: BacktestArgs) -> anyhow::Result<ExitCode> {
     let (config, store, registry) = open(&args.store).await?;
-    let candidate = prepare(&registry, &args.candidate).await?;
     let request = backtest::Request {
         replaces: args.replaces.clone(),
         overrides: args.config.clone(),
@@ -182,6 +327,7 @@ pub async fn backtest(args: BacktestArgs) -> anyhow::Result<ExitCode> {
         max_all: config.evaluation.backtest_max_all,
         fail_closed: config.evaluation.fail_closed,
     };
+    let candidates = candidates(&args, &config, &store, &registry, &request).await?;
     let bar = indicatif::ProgressBar::new(0);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} evaluations, {per_sec}, {eta} left")
@@ -191,7 +337,8 @@ pub async fn backtest(args: BacktestArgs) -> anyhow::Result<ExitCode> {
     let report = backtest::run(
         store.as_ref(),
         registry.engine().clone(),
-        &candidate,
+        &candidates,
+        &config.lists,
         &request,
         &mut progress,
     )
@@ -214,24 +361,36 @@ pub async fn backtest(args: BacktestArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `NAME VERSION (sha256:PREFIX)`.
+fn version(v: &backtest::report::VersionRef) -> String {
+    format!(
+        "{} {} (sha256:{})",
+        v.name,
+        v.version,
+        &v.digest[..12.min(v.digest.len())]
+    )
+}
+
 /// The terminal summary of a report.
 pub fn summary(r: &Report) -> String {
     use std::fmt::Write;
     let mut out = String::new();
-    let c = &r.candidate;
-    let _ = writeln!(out, "candidate   {} {} (sha256:{})", c.name, c.version, &c.digest[..12]);
-    let incumbents: Vec<String> = r
-        .incumbent
-        .iter()
-        .map(|v| {
-            format!(
-                "{} {} (sha256:{})",
-                v.name,
-                v.version,
-                &v.digest[..12.min(v.digest.len())]
-            )
-        })
-        .collect();
+    let candidates: Vec<String> = match &r.candidates[..] {
+        [] => vec![version(&r.candidate)],
+        many => many.iter().map(version).collect(),
+    };
+    let _ = writeln!(out, "candidate   {}", candidates.join(", "));
+    for l in &r.lists {
+        let _ = writeln!(
+            out,
+            "list        {} ({}, {} entries, sha256:{})",
+            l.name,
+            l.kind,
+            l.entries,
+            &l.digest[..12.min(l.digest.len())]
+        );
+    }
+    let incumbents: Vec<String> = r.incumbent.iter().map(version).collect();
     let _ = writeln!(
         out,
         "replaces    {}",
@@ -321,7 +480,7 @@ pub fn summary(r: &Report) -> String {
 }
 
 pub async fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
-    let (_, store, registry) = open(&args.store).await?;
+    let (config, store, registry) = open(&args.store).await?;
     let candidate = match &args.candidate {
         Some(file) => Some(prepare(&registry, file).await?),
         None => None,
@@ -330,7 +489,15 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
         before: args.before,
         limit: args.limit as usize,
     };
-    let replay = backtest::replay_item(store.as_ref(), registry.engine(), &args.item, candidate.as_ref(), page).await?;
+    let replay = backtest::replay_item(
+        store.as_ref(),
+        registry.engine(),
+        &args.item,
+        candidate.as_ref(),
+        page,
+        &config.lists,
+    )
+    .await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&replay)?);
         return Ok(ExitCode::SUCCESS);
@@ -387,7 +554,74 @@ pub async fn replay(args: ReplayArgs) -> anyhow::Result<ExitCode> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_time;
+    use super::*;
+
+    #[test]
+    fn a_list_argument_names_the_list_its_kind_and_file() {
+        assert_eq!(
+            parse_list_arg("scam-phrases=new/phrases.txt"),
+            Ok(ListArg {
+                name: "scam-phrases".into(),
+                kind: None,
+                file: "new/phrases.txt".into()
+            })
+        );
+        let arg = parse_list_arg("short.links:domains=a=b.txt").unwrap();
+        assert_eq!(
+            (arg.name.as_str(), arg.kind, arg.file),
+            ("short.links", Some(ListKind::Domains), PathBuf::from("a=b.txt")),
+            "the first `=` ends the name"
+        );
+        assert!(parse_list_arg("scam").is_err());
+        assert!(parse_list_arg("scam=").is_err());
+        assert!(parse_list_arg("Scam=x.txt").unwrap_err().contains("not a list name"));
+        assert!(parse_list_arg("scam:words=x.txt").is_err(), "no such kind");
+    }
+
+    #[test]
+    fn a_text_list_file_is_one_entry_per_line_without_comments() {
+        let text =
+            "# phrases seen in the March wave\nfree money\n\n  miracle cure  \r\n\t# indented comment\nc#-sharp scam\n";
+        let values: Vec<String> = entries_from_lines(text).into_iter().map(|e| e.value).collect();
+        assert_eq!(values, ["free money", "miracle cure", "c#-sharp scam"]);
+        assert!(entries_from_lines("").is_empty());
+    }
+
+    #[test]
+    fn a_json_list_file_is_a_put_body() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("hosts.JSON");
+        std::fs::write(
+            &file,
+            r#"{"kind": "domains", "reason": "tried first", "entries": [{"value": "bit.ly", "note": "shortener"}]}"#,
+        )
+        .unwrap();
+        let arg = ListArg {
+            name: "hosts".into(),
+            kind: None,
+            file: file.clone(),
+        };
+        let given = read_list_file(&arg).unwrap();
+        assert_eq!(given.kind, Some(ListKind::Domains));
+        assert_eq!(given.entries[0].note.as_deref(), Some("shortener"));
+        let clash = ListArg {
+            kind: Some(ListKind::Terms),
+            ..arg.clone()
+        };
+        assert!(
+            read_list_file(&clash)
+                .unwrap_err()
+                .to_string()
+                .contains("says kind terms")
+        );
+        std::fs::write(&file, r#"{"entries": [], "extra": 1}"#).unwrap();
+        assert!(read_list_file(&arg).is_err(), "unknown fields are refused");
+        let missing = ListArg {
+            file: dir.path().join("absent.txt"),
+            ..arg
+        };
+        assert!(read_list_file(&missing).unwrap_err().to_string().contains("absent.txt"));
+    }
 
     #[test]
     fn times_are_epoch_ms_or_ages() {

@@ -47,8 +47,9 @@ pub enum Command {
     /// Work with plugin files (for rule authors).
     #[command(subcommand)]
     Plugin(PluginCommand),
-    /// Replay stored evaluations with a candidate plugin version and report
-    /// what would have changed (reads the store; writes nothing).
+    /// Replay stored evaluations with a candidate plugin version, candidate
+    /// list contents, or both, and report what would have changed (reads
+    /// the store; writes nothing).
     Backtest(history::BacktestArgs),
     /// Every stored evaluation of one item, what each plugin decided, and
     /// what a candidate decides on the same snapshot now.

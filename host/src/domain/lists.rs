@@ -67,6 +67,20 @@ impl Default for ListsConfig {
     }
 }
 
+/// Whether `name` can name a list: 1-64 characters, lowercase letters,
+/// digits, `.`, `_` and `-`, starting with a letter or digit (a name is a
+/// path segment, and never needs escaping in JSON or SQL text).
+pub fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-'))
+}
+
 /// One entry: its value and, optionally, why it was added.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]

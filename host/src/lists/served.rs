@@ -6,7 +6,7 @@
 //! backends alike.
 
 use super::matcher::{CompiledList, Matcher};
-use super::{EntryError, ListsConfig};
+use super::{EntryError, ListSource, ListsConfig};
 use crate::metrics::{ListLabel, Metrics};
 use crate::store::{ListContent, Lists, StoreResult};
 use serde::Serialize;
@@ -142,5 +142,12 @@ impl ServedLists {
                 _ = tokio::time::sleep(interval) => {}
             }
         }
+    }
+}
+
+/// Live evaluations consult the version served now.
+impl ListSource for ServedLists {
+    fn list(&self, name: &str) -> Option<Arc<CompiledList>> {
+        self.get(name)
     }
 }

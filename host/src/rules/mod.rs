@@ -35,6 +35,7 @@ pub use snapshot::{fit_snapshot, snapshot_from_spec, spec_from_snapshot};
 pub use watcher::PluginWatcher;
 
 use crate::domain::{Outcome, Verdict};
+use crate::lists::ListSource;
 use sandbox::Sandbox;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -66,9 +67,10 @@ pub struct RuleEngine {
     limits: RuntimeLimits,
     /// Compiled components by digest, when a data directory is configured.
     cache: Option<CompileCache>,
-    /// The lists rules consult (`gavel:rules/lists`); none in the author's
+    /// The lists rules consult (`gavel:rules/lists`) unless an evaluation
+    /// names its own source (a backtest's replay); none in the author's
     /// commands, where a lookup answers `unknown`.
-    lists: Option<Arc<crate::lists::ServedLists>>,
+    lists: Option<Arc<dyn ListSource>>,
     ticker: EpochTicker,
 }
 
@@ -160,10 +162,22 @@ impl RuleEngine {
         &self.engine
     }
 
-    fn new_store(&self, plugin: Arc<PluginStamp>, memory_bytes: usize, deadline: Duration) -> Store<Sandbox> {
+    /// The lists the engine serves: what an evaluation consults unless it
+    /// names its own source.
+    fn served_lists(&self) -> Option<&Arc<dyn ListSource>> {
+        self.lists.as_ref()
+    }
+
+    fn new_store(
+        &self,
+        plugin: Arc<PluginStamp>,
+        memory_bytes: usize,
+        deadline: Duration,
+        lists: Option<&Arc<dyn ListSource>>,
+    ) -> Store<Sandbox> {
         let mut store = Store::new(
             &self.engine,
-            Sandbox::new(plugin, memory_bytes, self.limits.max_log_lines, self.lists.clone()),
+            Sandbox::new(plugin, memory_bytes, self.limits.max_log_lines),
         );
         store.limiter(|s| &mut s.limiter);
         let tick = self.limits.epoch_tick;
@@ -186,15 +200,16 @@ impl RuleEngine {
             let ticks = (left.as_nanos().div_ceil(tick.as_nanos().max(1)) as u64).max(1);
             Ok(wasmtime::UpdateDeadline::Continue(ticks))
         });
-        self.arm(&mut store, deadline);
+        self.arm(&mut store, deadline, lists);
         store
     }
 
-    /// Starts a call on `store`: its CPU budget, its wall cap and the epoch
-    /// deadline at which the budget is first checked.
-    fn arm(&self, store: &mut Store<Sandbox>, deadline: Duration) {
+    /// Starts a call on `store`: its CPU budget, its wall cap, the epoch
+    /// deadline at which the budget is first checked, and where its list
+    /// lookups are answered from.
+    fn arm(&self, store: &mut Store<Sandbox>, deadline: Duration, lists: Option<&Arc<dyn ListSource>>) {
         let wall_cap = deadline.saturating_mul(self.limits.wall_cap_factor.max(1));
-        store.data_mut().start_call(deadline, wall_cap);
+        store.data_mut().start_call(deadline, wall_cap, lists);
         store.set_epoch_deadline(self.limits.ticks(deadline));
     }
 
@@ -222,8 +237,21 @@ impl RuleEngine {
         deadline: Duration,
         memory_bytes: usize,
     ) -> Result<Evaluation, HostError> {
+        self.evaluate_fresh(plugin, snapshot, deadline, memory_bytes, self.lists.as_ref())
+    }
+
+    /// [`RuleEngine::evaluate_with`], the rule's list calls answered from
+    /// `lists` (the engine's served lists, or a replay's versions).
+    fn evaluate_fresh(
+        &self,
+        plugin: &LoadedPlugin,
+        snapshot: &Snapshot,
+        deadline: Duration,
+        memory_bytes: usize,
+        lists: Option<&Arc<dyn ListSource>>,
+    ) -> Result<Evaluation, HostError> {
         let started = Instant::now();
-        let mut store = self.new_store(plugin.stamp.clone(), memory_bytes, deadline);
+        let mut store = self.new_store(plugin.stamp.clone(), memory_bytes, deadline, lists);
         let rule = match plugin.pre.instantiate(&mut store) {
             Ok(rule) => rule,
             Err(e) => return self.instantiation_failed(plugin, &store, e, started, deadline, memory_bytes),
@@ -245,16 +273,30 @@ impl RuleEngine {
         deadline: Duration,
         memory_bytes: usize,
     ) -> Result<Evaluation, HostError> {
+        self.evaluate_pooled(plugin, pool, snapshot, deadline, memory_bytes, self.lists.as_ref())
+    }
+
+    /// [`RuleEngine::evaluate_reusing`], the rule's list calls answered
+    /// from `lists` (the engine's served lists, or a replay's versions).
+    fn evaluate_pooled(
+        &self,
+        plugin: &LoadedPlugin,
+        pool: &InstancePool,
+        snapshot: &Snapshot,
+        deadline: Duration,
+        memory_bytes: usize,
+        lists: Option<&Arc<dyn ListSource>>,
+    ) -> Result<Evaluation, HostError> {
         let started = Instant::now();
         let taken = pool.idle.lock().expect("not poisoned").pop();
         let mut instance = match taken {
             Some(mut i) => {
-                // A fresh budget, log allowance and capture for this call.
-                self.arm(&mut i.store, deadline);
+                // A fresh budget, log allowance, capture and lists for this call.
+                self.arm(&mut i.store, deadline, lists);
                 i
             }
             None => {
-                let mut store = self.new_store(plugin.stamp.clone(), memory_bytes, deadline);
+                let mut store = self.new_store(plugin.stamp.clone(), memory_bytes, deadline, lists);
                 match plugin.pre.instantiate(&mut store) {
                     Ok(rule) => ReusedInstance { store, rule },
                     Err(e) => return self.instantiation_failed(plugin, &store, e, started, deadline, memory_bytes),

@@ -297,7 +297,7 @@ impl RuleEngine {
         // not refuse a healthy rule for that. Still bounded: an `info` that
         // loops is refused.
         let deadline = self.limits.async_deadline.max(INFO_DEADLINE);
-        let mut store = self.new_store(loading, self.limits.memory_bytes, deadline);
+        let mut store = self.new_store(loading, self.limits.memory_bytes, deadline, None);
         let raw = pre
             .instantiate(&mut store)
             .and_then(|rule| rule.call_info(&mut store))

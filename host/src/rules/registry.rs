@@ -5,6 +5,7 @@
 use super::{Breaker, HostError, LoadedPlugin, RuleEngine};
 use crate::clock::now_ms;
 use crate::domain::{Digest, Mode, Phase, PluginEvent};
+use crate::lists::ListSource;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -120,13 +121,37 @@ impl RegisteredPlugin {
         snapshot: &super::Snapshot,
         phase: Phase,
     ) -> Result<super::Evaluation, HostError> {
+        self.run(engine, snapshot, phase, engine.served_lists())
+    }
+
+    /// [`RegisteredPlugin::evaluate`], the rule's list calls answered from
+    /// `lists` instead of the lists the engine serves: a replay's versions
+    /// of the time. Passed per evaluation, so the live path pays nothing
+    /// for it.
+    pub fn evaluate_from(
+        &self,
+        engine: &super::RuleEngine,
+        snapshot: &super::Snapshot,
+        phase: Phase,
+        lists: &Arc<dyn ListSource>,
+    ) -> Result<super::Evaluation, HostError> {
+        self.run(engine, snapshot, phase, Some(lists))
+    }
+
+    fn run(
+        &self,
+        engine: &super::RuleEngine,
+        snapshot: &super::Snapshot,
+        phase: Phase,
+        lists: Option<&Arc<dyn ListSource>>,
+    ) -> Result<super::Evaluation, HostError> {
         let deadline = match phase {
             Phase::Sync => self.deadline_sync,
             Phase::Async => self.deadline_async,
         };
         match &self.instances {
-            Some(pool) => engine.evaluate_reusing(&self.plugin, pool, snapshot, deadline, self.memory_bytes),
-            None => engine.evaluate_with(&self.plugin, snapshot, deadline, self.memory_bytes),
+            Some(pool) => engine.evaluate_pooled(&self.plugin, pool, snapshot, deadline, self.memory_bytes, lists),
+            None => engine.evaluate_fresh(&self.plugin, snapshot, deadline, self.memory_bytes, lists),
         }
     }
 

@@ -4,7 +4,7 @@
 use super::bindings::{self, Level, ListError};
 use super::capture::Capture;
 use super::evaluation::ListUse;
-use crate::lists::{CompiledList, ServedLists, WrongKind};
+use crate::lists::{CompiledList, ListSource, WrongKind};
 use std::sync::Arc;
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
@@ -42,8 +42,9 @@ pub(crate) struct Sandbox {
     /// Set when the wall cap, not the CPU budget, ended the call: the host
     /// was overloaded, the rule did nothing wrong.
     pub(crate) overloaded: bool,
-    /// The lists this process serves, if any.
-    lists: Option<Arc<ServedLists>>,
+    /// Where this call's list lookups are answered from (none: every
+    /// list is `unknown`), set per call.
+    lists: Option<Arc<dyn ListSource>>,
     /// The lists this call consulted, each pinned at the version it first
     /// answered from: one call sees one version of a list, and its
     /// decision names it.
@@ -53,12 +54,7 @@ pub(crate) struct Sandbox {
 impl Sandbox {
     /// A sandbox with no preopened directories, no environment, no arguments
     /// and no network: a rule sees only what the snapshot hands it.
-    pub(crate) fn new(
-        plugin: Arc<super::PluginStamp>,
-        memory_bytes: usize,
-        log_budget: u32,
-        lists: Option<Arc<ServedLists>>,
-    ) -> Self {
+    pub(crate) fn new(plugin: Arc<super::PluginStamp>, memory_bytes: usize, log_budget: u32) -> Self {
         let stdout = Capture::new(CAPTURED_OUTPUT_BYTES);
         let stderr = Capture::new(CAPTURED_OUTPUT_BYTES);
         let wasi = WasiCtx::builder()
@@ -83,14 +79,20 @@ impl Sandbox {
             wall_started: std::time::Instant::now(),
             wall_cap: std::time::Duration::MAX,
             overloaded: false,
-            lists,
+            lists: None,
             consulted: Vec::new(),
         }
     }
 
-    /// Starts a call with `budget` of CPU time and `wall_cap` of wall time:
-    /// a fresh log budget, nothing captured, no memory failure yet.
-    pub(crate) fn start_call(&mut self, budget: std::time::Duration, wall_cap: std::time::Duration) {
+    /// Starts a call with `budget` of CPU time and `wall_cap` of wall time,
+    /// its list lookups answered from `lists`: a fresh log budget, nothing
+    /// captured, no memory failure yet, no list consulted.
+    pub(crate) fn start_call(
+        &mut self,
+        budget: std::time::Duration,
+        wall_cap: std::time::Duration,
+        lists: Option<&Arc<dyn ListSource>>,
+    ) {
         self.log_budget = self.log_lines;
         self.logs_dropped = 0;
         self.limiter.exceeded = false;
@@ -101,6 +103,7 @@ impl Sandbox {
         self.cpu_budget = budget;
         self.wall_started = std::time::Instant::now();
         self.wall_cap = wall_cap;
+        self.lists = lists.cloned();
         self.consulted.clear();
     }
 
@@ -121,7 +124,7 @@ impl Sandbox {
     }
 
     /// List `name` as this call sees it: the version it first consulted, or
-    /// the one served now (then pinned).
+    /// the one its source gives now (then pinned).
     fn list(&mut self, name: &str) -> Result<Arc<CompiledList>, ListError> {
         if let Some(list) = self.consulted.iter().find(|l| l.name == name) {
             return Ok(list.clone());
@@ -129,7 +132,7 @@ impl Sandbox {
         let list = self
             .lists
             .as_ref()
-            .and_then(|l| l.get(name))
+            .and_then(|l| l.list(name))
             .ok_or(ListError::Unknown)?;
         self.consulted.push(list.clone());
         Ok(list)

@@ -103,7 +103,8 @@ pub struct ModeratorDecision {
 pub struct BacktestRecord {
     pub id: String,
     pub status: BacktestStatus,
-    /// The request as it was accepted.
+    /// The request as it was accepted (its candidate `lists` as name, kind,
+    /// entry count and digest, not entry by entry).
     #[schema(value_type = Object)]
     pub request: serde_json::Value,
     /// The candidate plugin: `NAME VERSION (sha256:…)`.
@@ -126,16 +127,24 @@ pub struct BacktestProgress {
     pub total: i64,
 }
 
+/// How list `name` appears in a decision's `lists` column: the JSON of
+/// its [`crate::rules::ListUse`] up to the name's closing quote (no other
+/// name has it as a prefix).
+pub(crate) fn list_key(name: &str) -> String {
+    format!("\"name\":{}", serde_json::Value::from(name))
+}
+
 /// Stored inputs, and backtest runs.
 #[async_trait::async_trait]
 pub trait History: Send + Sync {
-    /// Decisions of `plugin` (every plugin's, one per evaluation, when
-    /// `None`) made in `[since, until)` after `after`, by `(created_at,
-    /// id)` (index `decisions_plugin_time`: each page is a range scan);
-    /// provider answers are not evaluations and are left out.
+    /// Decisions of `plugins` made in `[since, until)` after `after`, by
+    /// `(created_at, id)` (index `decisions_plugin_time`: each page is a
+    /// range scan): with several plugins, one per evaluation (the first of
+    /// theirs); with `None`, every plugin's, one per evaluation. Provider
+    /// answers are not evaluations and are left out.
     async fn replay_units(
         &self,
-        plugin: Option<&str>,
+        plugins: Option<&[String]>,
         since: Millis,
         until: Millis,
         after: UnitCursor,
@@ -145,7 +154,14 @@ pub trait History: Send + Sync {
     /// How many units [`History::replay_units`] would list for the window,
     /// counting no further than `cap` (a bounded read: at most `cap` index
     /// entries).
-    async fn count_units(&self, plugin: Option<&str>, since: Millis, until: Millis, cap: i64) -> StoreResult<i64>;
+    async fn count_units(&self, plugins: Option<&[String]>, since: Millis, until: Millis, cap: i64)
+    -> StoreResult<i64>;
+
+    /// Whether `plugin` made a decision in `[since, until)` that consulted
+    /// one of `lists`: the plugins a backtest of candidate lists alone
+    /// replays. Reads the plugin's decisions of the window until the first
+    /// that did.
+    async fn consulted_lists(&self, plugin: &str, lists: &[String], since: Millis, until: Millis) -> StoreResult<bool>;
 
     /// The decisions of `item_id` before decision `before` (the newest when
     /// `None`), newest first, at most `limit`: one range of index
@@ -229,6 +245,19 @@ macro_rules! impl_history {
                 sql.replace("LIST", &placeholders(1, n))
             }
 
+            /// Decisions `d` of the `n` plugins `$1..$n`; with several, one
+            /// per evaluation: the first of theirs.
+            fn of_plugins(n: usize) -> String {
+                let list = placeholders(1, n);
+                if n == 1 {
+                    return format!("d.plugin IN ({list})");
+                }
+                format!(
+                    "d.plugin IN ({list}) AND NOT EXISTS (SELECT 1 FROM decisions e WHERE e.item_id = d.item_id \
+                     AND e.snapshot_digest = d.snapshot_digest AND e.id < d.id AND e.plugin IN ({list}))"
+                )
+            }
+
             fn record_from_row(r: &$row, with_report: bool) -> StoreResult<BacktestRecord> {
                 let json = |s: Option<String>| -> StoreResult<Option<serde_json::Value>> {
                     s.map(|s| serde_json::from_str(&s).map_err(|e| StoreError::Corrupt(format!("backtest json: {e}"))))
@@ -269,28 +298,37 @@ macro_rules! impl_history {
             impl History for $store {
                 async fn replay_units(
                     &self,
-                    plugin: Option<&str>,
+                    plugins: Option<&[String]>,
                     since: Millis,
                     until: Millis,
                     after: UnitCursor,
                     limit: i64,
                 ) -> StoreResult<Vec<ReplayUnit>> {
                     let since = since.max(after.0);
-                    let rows = match plugin {
-                        Some(plugin) => {
-                            sqlx::query_as::<_, (i64, String, i64)>(
-                                "SELECT id, item_id, created_at FROM decisions WHERE plugin = $1 \
-                                 AND created_at >= $2 AND created_at < $3 AND (created_at > $4 OR id > $5) \
-                                 AND phase <> 'provider' ORDER BY created_at, id LIMIT $6",
-                            )
-                            .bind(plugin)
-                            .bind(since)
-                            .bind(until)
-                            .bind(after.0)
-                            .bind(after.1)
-                            .bind(limit)
-                            .fetch_all(self.read_pool())
-                            .await?
+                    let rows = match plugins {
+                        Some(plugins) => {
+                            let n = plugins.len();
+                            let sql = format!(
+                                "SELECT d.id, d.item_id, d.created_at FROM decisions d WHERE {} \
+                                 AND d.created_at >= ${} AND d.created_at < ${} AND (d.created_at > ${} OR d.id > ${}) \
+                                 AND d.phase <> 'provider' ORDER BY d.created_at, d.id LIMIT ${}",
+                                of_plugins(n),
+                                n + 1,
+                                n + 2,
+                                n + 3,
+                                n + 4,
+                                n + 5
+                            );
+                            plugins
+                                .iter()
+                                .fold(sqlx::query_as::<_, (i64, String, i64)>(&sql), |q, p| q.bind(p))
+                                .bind(since)
+                                .bind(until)
+                                .bind(after.0)
+                                .bind(after.1)
+                                .bind(limit)
+                                .fetch_all(self.read_pool())
+                                .await?
                         }
                         // A new plugin: one decision per stored evaluation (the
                         // first of the evaluation's decisions stands for it).
@@ -324,26 +362,70 @@ macro_rules! impl_history {
 
                 async fn count_units(
                     &self,
-                    plugin: Option<&str>,
+                    plugins: Option<&[String]>,
                     since: Millis,
                     until: Millis,
                     cap: i64,
                 ) -> StoreResult<i64> {
-                    let q = match plugin {
-                        Some(plugin) => sqlx::query_scalar(
-                            "SELECT COUNT(*) FROM (SELECT 1 FROM decisions WHERE plugin = $1 \
-                             AND created_at >= $2 AND created_at < $3 AND phase <> 'provider' LIMIT $4) w",
-                        )
-                        .bind(plugin),
-                        None => sqlx::query_scalar(
+                    match plugins {
+                        Some(plugins) => {
+                            let n = plugins.len();
+                            let sql = format!(
+                                "SELECT COUNT(*) FROM (SELECT 1 FROM decisions d WHERE {} \
+                                 AND d.created_at >= ${} AND d.created_at < ${} AND d.phase <> 'provider' LIMIT ${}) w",
+                                of_plugins(n),
+                                n + 1,
+                                n + 2,
+                                n + 3
+                            );
+                            Ok(plugins
+                                .iter()
+                                .fold(sqlx::query_scalar(&sql), |q, p| q.bind(p))
+                                .bind(since)
+                                .bind(until)
+                                .bind(cap)
+                                .fetch_one(self.read_pool())
+                                .await?)
+                        }
+                        None => Ok(sqlx::query_scalar(
                             "SELECT COUNT(*) FROM (SELECT 1 FROM decisions d \
                              WHERE d.created_at >= $1 AND d.created_at < $2 \
                              AND d.phase <> 'provider' AND d.snapshot_digest IS NOT NULL \
                              AND d.id = (SELECT MIN(e.id) FROM decisions e WHERE e.item_id = d.item_id \
                              AND e.snapshot_digest = d.snapshot_digest) LIMIT $3) w",
-                        ),
-                    };
-                    Ok(q.bind(since).bind(until).bind(cap).fetch_one(self.read_pool()).await?)
+                        )
+                        .bind(since)
+                        .bind(until)
+                        .bind(cap)
+                        .fetch_one(self.read_pool())
+                        .await?),
+                    }
+                }
+
+                async fn consulted_lists(
+                    &self,
+                    plugin: &str,
+                    lists: &[String],
+                    since: Millis,
+                    until: Millis,
+                ) -> StoreResult<bool> {
+                    if lists.is_empty() {
+                        return Ok(false);
+                    }
+                    // `lists` holds the JSON the decision was written with:
+                    // `[{"name":"NAME","version":…},…]`.
+                    let position = <$store as Dialect>::POSITION;
+                    let any: Vec<String> = (0..lists.len())
+                        .map(|i| format!("{position}(lists, ${}) > 0", i + 4))
+                        .collect();
+                    let sql = format!(
+                        "SELECT 1 FROM decisions WHERE plugin = $1 AND created_at >= $2 AND created_at < $3 \
+                         AND lists IS NOT NULL AND ({}) LIMIT 1",
+                        any.join(" OR ")
+                    );
+                    let q = sqlx::query_scalar::<_, i32>(&sql).bind(plugin).bind(since).bind(until);
+                    let q = lists.iter().fold(q, |q, name| q.bind(list_key(name)));
+                    Ok(q.fetch_optional(self.read_pool()).await?.is_some())
                 }
 
                 async fn item_decisions(
@@ -582,5 +664,19 @@ mod tests {
         assert_eq!(InputDoc::decompress(&a.body, a.bytes).unwrap(), json);
         assert_ne!(a.digest, InputDoc::new(InputKind::Snapshot, b"{}").digest);
         assert!(InputDoc::decompress(b"not zstd", 10).is_err());
+    }
+
+    #[test]
+    fn a_list_key_finds_its_list_in_the_stored_json_and_no_other() {
+        let used = |name: &str| crate::rules::ListUse {
+            name: name.into(),
+            version: 3,
+            digest: "ab".into(),
+        };
+        let json = serde_json::to_string(&[used("scam.v2"), used("urls")]).unwrap();
+        assert!(json.contains(&super::list_key("scam.v2")), "{json}");
+        assert!(json.contains(&super::list_key("urls")), "{json}");
+        assert!(!json.contains(&super::list_key("scam")), "a prefix is another list");
+        assert!(!json.contains(&super::list_key("rls")));
     }
 }

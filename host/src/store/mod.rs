@@ -177,8 +177,15 @@ pub trait ItemStore:
     + Retention
     + Review
     + Lists
+    + BacktestStore
 {
 }
+
+/// What a backtest reads: stored history, and the lists' versions its
+/// replays answer from.
+pub trait BacktestStore: History + Lists {}
+
+impl<T: History + Lists + ?Sized> BacktestStore for T {}
 
 impl<T> ItemStore for T where
     T: Backend

@@ -2,8 +2,10 @@
 //! `host/src/store/lists.rs`): versions fenced by `If-Match` (two
 //! moderators racing, one wins, the other gets 409 and nothing is written),
 //! entries checked and refused by name, hostile input refused or bounded,
-//! and an edit served by a second process within a second. Each kind's
-//! matching semantics are unit tests of `host/src/lists/matcher.rs`.
+//! and an edit served by a second process within a second; backtests
+//! that replay each decision with the list versions it used, or with a
+//! candidate list (API and CLI). Each kind's matching semantics are unit
+//! tests of `host/src/lists/matcher.rs`.
 
 use gavel::config::{Role, TokenConfig};
 use gavel::lists::{Entry, ListKind};
@@ -672,8 +674,400 @@ async fn rules_consult_lists_and_decisions_name_their_versions(setup: Setup) {
     s.stop().await.unwrap();
 }
 
+/// The items of [`edited_history`], by name: `a*` judged under version 1
+/// of list `scam` (`purple giraffe`), `b*` under version 2 (`green lemur`
+/// added), `c*` under version 3 (only `orange panda`); list `shady`
+/// (patterns, `w[i1]n big`) created between the `a*` and the `b*` items,
+/// consulted by none of them.
+struct History {
+    server: TestServer,
+    items: Items,
+    /// `scam`'s digest at each version (index 0: version 1).
+    digests: Vec<String>,
+}
+
+/// Item ids by name.
+#[derive(Default)]
+struct Items(std::collections::BTreeMap<&'static str, String>);
+
+impl Items {
+    fn id(&self, name: &str) -> &str {
+        &self.0[name]
+    }
+
+    /// The names of `ids`, in name order.
+    fn named(&self, ids: &std::collections::BTreeSet<String>) -> Vec<&'static str> {
+        self.0
+            .iter()
+            .filter(|(_, id)| ids.contains(*id))
+            .map(|(name, _)| *name)
+            .collect()
+    }
+}
+
+/// A server with list-probe deployed, asked about list `scam` on every
+/// item while a moderator edits it between items (see [`History`]).
+async fn edited_history(setup: Setup) -> History {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("plugins")).unwrap();
+    std::fs::copy(
+        gavel_tests::guests::LIST_PROBE,
+        dir.path().join("plugins/list-probe.wasm"),
+    )
+    .unwrap();
+    let s = TestServer::start_in(dir, setup, |_| {}).await;
+    let mut items = Items::default();
+    let mut digests = Vec::new();
+    let terms = |values: &[&str]| -> Vec<Value> { values.iter().map(|v| json!({"value": v})).collect() };
+    let mut judge = async |s: &TestServer, texts: [(&'static str, &str); 2], version: i64| {
+        for (name, text) in texts {
+            let (id, d) = probe(s, text, json!({"terms": "scam"})).await;
+            let used: Vec<(String, i64)> = consulted(&d).into_iter().map(|(n, v, _)| (n, v)).collect();
+            assert_eq!(used, [("scam".to_string(), version)], "{name}: {d}");
+            items.0.insert(name, id);
+        }
+    };
+    let (status, v1) = put(
+        &s,
+        &s.moderator,
+        "scam",
+        None,
+        &json!({"kind": "terms", "reason": "v1", "entries": terms(&["purple giraffe"])}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{v1}");
+    digests.push(v1["digest"].as_str().unwrap().to_string());
+    judge(
+        &s,
+        [("a1", "a purple giraffe today"), ("a2", "a green lemur, w1n big")],
+        1,
+    )
+    .await;
+
+    let (status, v2) = patch(
+        &s,
+        &s.moderator,
+        "scam",
+        Some(1),
+        &json!({"reason": "v2", "add": terms(&["green lemur"])}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v2}");
+    digests.push(v2["digest"].as_str().unwrap().to_string());
+    let (status, shady) = put(
+        &s,
+        &s.moderator,
+        "shady",
+        None,
+        &json!({"kind": "patterns", "reason": "new", "entries": [{"value": "w[i1]n big"}]}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{shady}");
+    judge(
+        &s,
+        [("b1", "the green lemur again"), ("b2", "an orange panda, win big")],
+        2,
+    )
+    .await;
+
+    let (status, v3) = put(
+        &s,
+        &s.moderator,
+        "scam",
+        Some(2),
+        &json!({"kind": "terms", "reason": "v3", "entries": terms(&["orange panda"])}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{v3}");
+    digests.push(v3["digest"].as_str().unwrap().to_string());
+    judge(&s, [("c1", "one orange panda"), ("c2", "purple giraffe again")], 3).await;
+    History {
+        server: s,
+        items,
+        digests,
+    }
+}
+
+/// Starts a backtest and waits for it to end; returns its report.
+async fn backtest(s: &TestServer, body: Value) -> Value {
+    let r = s.post("/v1/backtests", &s.moderator).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED, "{}", r.text().await.unwrap());
+    let id = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let record = s.get_json(&format!("/v1/backtests/{id}"), &s.moderator).await;
+        if record["status"] != "running" {
+            assert_eq!(record["status"], "done", "{record:#}");
+            return record["report"].clone();
+        }
+        assert!(Instant::now() < deadline, "backtest never ended: {record:#}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The items of one flip bucket of a report.
+fn flipped(report: &Value, bucket: &str) -> std::collections::BTreeSet<String> {
+    report["flips"]["examples"][bucket]
+        .as_array()
+        .map(|examples| {
+            examples
+                .iter()
+                .map(|e| e["item_id"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// L8: a backtest replays each decision with the list versions it used: a
+/// deployed rule reproduces all its decisions across three versions of a
+/// list (answering with the current version would flip three of them), and
+/// a list the stored decisions did not consult answers from the version in
+/// force at each one's time (`unknown` before it existed).
+async fn backtests_replay_the_list_versions_of_their_time(setup: Setup) {
+    let h = edited_history(setup).await;
+    let s = &h.server;
+    let report = backtest(s, json!({"candidate": "list-probe", "all": true})).await;
+    assert_eq!(report["sample"]["replayed"], 6, "{report:#}");
+    assert_eq!(
+        report["fidelity"],
+        json!({"checked": 6, "identical": 6}),
+        "every decision replayed with its own version: {report:#}"
+    );
+    assert_eq!(report["flips"]["unchanged"], 6);
+    assert_eq!(report["lists"], json!([]));
+
+    // What answering from the lists as they are now would do: version 3's
+    // content in place of every version clears what versions 1 and 2
+    // caught, and catches what version 2 let through.
+    let now = backtest(
+        s,
+        json!({"candidate": "list-probe", "all": true, "lists": {"scam": {"entries": [{"value": "orange panda"}]}}}),
+    )
+    .await;
+    assert_eq!(h.items.named(&flipped(&now, "newly_cleared")), ["a1", "b1"], "{now:#}");
+    assert_eq!(h.items.named(&flipped(&now, "newly_actioned")), ["b2"], "{now:#}");
+    assert_eq!(now["flips"]["unchanged"], 3);
+    assert_eq!(
+        now["lists"],
+        json!([{"name": "scam", "kind": "terms", "entries": 1, "digest": h.digests[2]}]),
+        "the same content as version 3 has its digest"
+    );
+    assert!(
+        now["fidelity"].is_null(),
+        "replays that consulted a candidate list are not fidelity checks"
+    );
+
+    // A config that makes the rule ask for `shady` too, which no stored
+    // decision consulted: the `b*` and `c*` items answer from its version 1,
+    // the `a*` items (judged before it existed) from nothing. So only the
+    // `b2` text is caught, not the same words in `a2`.
+    let shady = backtest(
+        s,
+        json!({"candidate": "list-probe", "all": true, "config": {"patterns": "shady"}}),
+    )
+    .await;
+    assert_eq!(h.items.named(&flipped(&shady, "newly_actioned")), ["b2"], "{shady:#}");
+    assert_eq!(shady["flips"]["unchanged"], 5, "{shady:#}");
+    assert_eq!(shady["sample"]["replayed"], 6);
+    h.server.stop().await.unwrap();
+}
+
+/// L9: candidate lists, through the API and the CLI: a backtest of a list
+/// alone replays the deployed plugin that consulted it and flips exactly
+/// the items the new content catches or lets go (moderator agreement
+/// counted); bad candidate lists are refused as `PUT` refuses them, and a
+/// new list needs its kind.
+async fn a_candidate_list_flips_exactly_the_expected_items(setup: Setup) {
+    let h = edited_history(setup).await;
+    let s = &h.server;
+    // A moderator approves a1 (rejected under version 1).
+    let r = s
+        .post(&format!("/v1/items/{}/moderation", h.items.id("a1")), &s.moderator)
+        .json(&json!({"status": "visible", "reason": "a toy, not a scam"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+
+    let candidate =
+        json!({"scam": {"entries": [{"value": "Orange Panda"}, {"value": "green lemur", "note": "seen again"}]}});
+    let report = backtest(s, json!({"lists": candidate, "all": true})).await;
+    assert_eq!(report["candidates"][0]["name"], "list-probe", "{report:#}");
+    assert_eq!(report["candidates"].as_array().unwrap().len(), 1);
+    assert_eq!(report["replaces"], "list-probe");
+    let entries = vec![
+        Entry {
+            value: "green lemur".into(),
+            note: Some("seen again".into()),
+        },
+        Entry::new("orange panda"),
+    ];
+    assert_eq!(
+        report["lists"],
+        json!([{"name": "scam", "kind": "terms", "entries": 2,
+                "digest": gavel::lists::digest(ListKind::Terms, &entries)}])
+    );
+    assert_eq!(
+        h.items.named(&flipped(&report, "newly_actioned")),
+        ["a2", "b2"],
+        "{report:#}"
+    );
+    assert_eq!(h.items.named(&flipped(&report, "newly_cleared")), ["a1"], "{report:#}");
+    assert_eq!(
+        (
+            report["flips"]["unchanged"].as_u64(),
+            report["flips"]["changed"].as_u64()
+        ),
+        (Some(3), Some(0))
+    );
+    let m = &report["moderators"];
+    assert_eq!(
+        (m["decided"].as_u64(), m["old_agree"].as_u64(), m["new_agree"].as_u64()),
+        (Some(1), Some(0), Some(1)),
+        "{m}"
+    );
+    assert_eq!(m["reversals_avoided"], 1);
+
+    // Refusals, in the one error format, before anything runs.
+    let refused = async |body: Value| -> (StatusCode, Value) {
+        let r = s.post("/v1/backtests", &s.moderator).json(&body).send().await.unwrap();
+        (r.status(), r.json().await.unwrap())
+    };
+    let (status, err) = refused(json!({"lists": {"scam": {"entries": [{"value": "ok"}, {"value": "?!"}]}}})).await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_entry"))
+    );
+    assert!(err["error"]["message"].as_str().unwrap().contains("\"?!\""), "{err}");
+    let (status, err) = refused(json!({"lists": {"scam": {"kind": "strings", "entries": []}}})).await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("kind_mismatch")),
+        "{err}"
+    );
+    let (status, err) = refused(json!({"lists": {"fresh": {"entries": [{"value": "x"}]}}})).await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("list_kind_required")),
+        "{err}"
+    );
+    let (status, err) = refused(json!({"lists": {"fresh": {"kind": "terms", "entries": [{"value": "x"}]}}})).await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("no_plugin_consulted")),
+        "no stored decision consulted `fresh`: {err}"
+    );
+    let (status, err) =
+        refused(json!({"lists": {"shady": {"entries": [{"value": "(unclosed"}]}}, "candidate": "list-probe"})).await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_entry")),
+        "{err}"
+    );
+    let (status, err) = refused(json!({"all": true})).await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_backtest"))
+    );
+    let too_many: Vec<Value> = (0..100_001).map(|i| json!({"value": format!("w{i}")})).collect();
+    let (status, err) = refused(json!({"lists": {"scam": {"entries": too_many}}})).await;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (StatusCode::PAYLOAD_TOO_LARGE, Some("list_too_large"))
+    );
+
+    // The CLI, on the stopped server's store and plugin directory.
+    let (config, dir) = h.server.stop_keeping_dir().await;
+    let names = |ids: &std::collections::BTreeSet<String>| h.items.named(ids);
+    let phrases = dir.path().join("phrases.txt");
+    std::fs::write(&phrases, "# what moderators want to try\norange panda\n\ngreen lemur\n").unwrap();
+    let gavel = gavel_tests::servers::gavel_binary();
+    let db = config.database_url();
+    let cli = |args: &[&str]| {
+        std::process::Command::new(&gavel)
+            .args(["backtest", "--all", "--database-url", &db])
+            .arg("--data-dir")
+            .arg(&config.data_dir)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let plugins = dir.path().join("plugins");
+    let out = cli(&[
+        "--plugin-dir",
+        plugins.to_str().unwrap(),
+        "--list",
+        &format!("scam={}", phrases.display()),
+        "--json",
+        "-",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("list        scam (terms, 2 entries, sha256:"),
+        "{stdout}"
+    );
+    let report: Value = serde_json::from_str(&stdout[stdout.find("{\n").unwrap()..]).unwrap();
+    assert_eq!(names(&flipped(&report, "newly_actioned")), ["a2", "b2"], "{report:#}");
+    assert_eq!(names(&flipped(&report, "newly_cleared")), ["a1"], "{report:#}");
+
+    // A list the store does not have, for a candidate told to consult it.
+    let fresh = dir.path().join("fresh.json");
+    std::fs::write(&fresh, r#"{"kind": "patterns", "entries": [{"value": "w[i1]n big"}]}"#).unwrap();
+    let out = cli(&[
+        "--candidate",
+        plugins.join("list-probe.wasm").to_str().unwrap(),
+        "--config",
+        "patterns=fresh",
+        "--list",
+        &format!("fresh={}", fresh.display()),
+        "--json",
+        "-",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_str(&stdout[stdout.find("{\n").unwrap()..]).unwrap();
+    assert_eq!(names(&flipped(&report, "newly_actioned")), ["a2", "b2"], "{report:#}");
+    assert_eq!(report["flips"]["newly_cleared"], 0);
+
+    // A bad entry is named; a new list without its kind is refused.
+    std::fs::write(&phrases, "orange panda\n?!\n").unwrap();
+    let out = cli(&[
+        "--plugin-dir",
+        plugins.to_str().unwrap(),
+        "--list",
+        &format!("scam={}", phrases.display()),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("candidate list scam: entry \"?!\""), "{stderr}");
+    let out = cli(&[
+        "--plugin-dir",
+        plugins.to_str().unwrap(),
+        "--list",
+        &format!("other={}", phrases.display()),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("list other does not exist"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(dir);
+}
+
 gavel_tests::both!(
     rules_consult_lists_and_decisions_name_their_versions,
+    backtests_replay_the_list_versions_of_their_time,
+    a_candidate_list_flips_exactly_the_expected_items,
     edits_are_versioned_and_fenced_by_if_match,
     two_moderators_race_and_one_wins,
     bad_and_hostile_entries_are_refused_by_name,
