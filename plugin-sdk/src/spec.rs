@@ -132,7 +132,23 @@ pub struct EventSpec {
 pub struct Case {
     pub name: String,
     pub snapshot: SnapshotSpec,
+    /// The lists the host answers the rule's list calls from, by name;
+    /// any other name is `unknown`, as it is for every name in a case
+    /// without lists. Only the host answers list calls, so only the host
+    /// (`gavel plugin test`) runs a case that gives lists.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub lists: BTreeMap<String, CaseList>,
     pub expect: Expect,
+}
+
+/// The contents of one list in a [`Case`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaseList {
+    /// `terms`, `patterns`, `domains`, `strings` or `cidrs`.
+    pub kind: String,
+    /// The entries' values, as `PUT /v1/lists/{name}` takes them.
+    pub entries: Vec<String>,
 }
 
 /// What a [`Case`] expects of the decision.

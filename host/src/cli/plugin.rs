@@ -5,6 +5,7 @@
 use super::parse_pair;
 use super::scaffold::{self, Lang};
 use crate::domain::Outcome;
+use crate::lists::{FixedLists, ListSource};
 use crate::rules::contract;
 use crate::rules::{
     Evaluation, HostError, InstancePool, LoadedPlugin, RuleEngine, RuntimeLimits, Snapshot, fit_snapshot,
@@ -15,6 +16,7 @@ use clap::Subcommand;
 use gavel_plugin_sdk::spec::{Case, SnapshotSpec, parse_cases};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Subcommand)]
@@ -56,7 +58,9 @@ pub enum PluginCommand {
         config: Vec<(String, String)>,
     },
     /// Run a `cases.json` file through a component (the same file the
-    /// SDK's native harness runs), printing one line per case.
+    /// SDK's native harness runs), printing one line per case. A case's
+    /// `lists` (`{"NAME": {"kind": "terms", "entries": [...]}}`) answer
+    /// the rule's list calls; without them every list is unknown.
     Test {
         file: PathBuf,
         #[arg(long)]
@@ -181,6 +185,16 @@ fn evaluate_spec(engine: &RuleEngine, plugin: &LoadedPlugin, spec: &SnapshotSpec
     engine.evaluate(plugin, &snapshot_of(engine, spec))
 }
 
+/// Where a case's list calls are answered from: the lists it gives, or
+/// none (every name `unknown`).
+fn case_lists(case: &Case) -> anyhow::Result<Option<Arc<dyn ListSource>>> {
+    if case.lists.is_empty() {
+        return Ok(None);
+    }
+    let fixed = FixedLists::from_case(&case.lists).map_err(|why| anyhow::anyhow!("case {:?}: {why}", case.name))?;
+    Ok(Some(fixed.source()))
+}
+
 fn snapshot_of(engine: &RuleEngine, spec: &SnapshotSpec) -> Snapshot {
     let mut snapshot = snapshot_from_spec(spec);
     fit_snapshot(&mut snapshot, engine.limits().max_snapshot_bytes);
@@ -235,7 +249,10 @@ fn run_cases(engine: &RuleEngine, file: &Path, cases: &Path) -> anyhow::Result<E
     );
     let mut failed = 0;
     for case in &cases {
-        let evaluation = evaluate_spec(engine, &plugin, &case.snapshot)?;
+        let evaluation = match case_lists(case)? {
+            Some(lists) => engine.evaluate_from(&plugin, &snapshot_of(engine, &case.snapshot), &lists)?,
+            None => evaluate_spec(engine, &plugin, &case.snapshot)?,
+        };
         let result = match &evaluation.decision {
             Some(d) => case.expect.check(d.verdict.as_str(), &d.labels, d.provider.as_deref()),
             None => Err(describe(&evaluation)),
@@ -289,12 +306,15 @@ fn bench(
     config: &[(String, String)],
 ) -> anyhow::Result<ExitCode> {
     let plugin = engine.load_file(file)?;
-    let cases: Vec<(String, SnapshotSpec)> = match cases {
-        Some(path) => read_cases(path)?.into_iter().map(|c| (c.name, c.snapshot)).collect(),
+    let cases: Vec<(String, SnapshotSpec, Option<Arc<dyn ListSource>>)> = match cases {
+        Some(path) => read_cases(path)?
+            .into_iter()
+            .map(|c| Ok((c.name.clone(), c.snapshot.clone(), case_lists(&c)?)))
+            .collect::<anyhow::Result<_>>()?,
         None => {
             let mut snapshot = SnapshotSpec::default();
             snapshot.item.text = "Hello from gavel plugin bench: a friendly sample post.".into();
-            vec![("sample post".into(), snapshot)]
+            vec![("sample post".into(), snapshot, None)]
         }
     };
     let limits = engine.limits();
@@ -313,15 +333,18 @@ fn bench(
         "case", "outcome", "fresh p50", "fresh p99", "reused p50", "reused p99"
     );
     let (mut fresh_all, mut reused_all) = (Vec::new(), Vec::new());
-    for (name, spec) in &cases {
+    for (name, spec, lists) in &cases {
         let mut spec = spec.clone();
         spec.config.extend(config.iter().cloned());
         let snapshot = snapshot_of(engine, &spec);
-        let (fresh, evaluation) = time_evaluations(iterations, || engine.evaluate(&plugin, &snapshot))?;
+        let (fresh, evaluation) = time_evaluations(iterations, || match lists {
+            Some(lists) => engine.evaluate_from(&plugin, &snapshot, lists),
+            None => engine.evaluate(&plugin, &snapshot),
+        })?;
         let deadline = engine.deadline_for(&snapshot);
         let pool = InstancePool::new(1);
         let (reused, _) = time_evaluations(iterations, || {
-            engine.evaluate_reusing(&plugin, &pool, &snapshot, deadline, limits.memory_bytes)
+            engine.evaluate_pooled(&plugin, &pool, &snapshot, deadline, limits.memory_bytes, lists.as_ref())
         })?;
         let outcome = match &evaluation.decision {
             Some(d) => d.verdict.to_string(),

@@ -25,6 +25,8 @@ pub use crate::domain::lists::{
 pub use matcher::{CompiledList, Matcher, WrongKind};
 pub use served::{Served, ServedLists};
 
+use gavel_plugin_sdk::spec::CaseList;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// Where one evaluation's list calls are answered from. The sandbox asks
@@ -35,6 +37,41 @@ pub trait ListSource: Send + Sync {
     /// List `name` as the evaluation sees it; `None`: the rule is told
     /// `unknown`.
     fn list(&self, name: &str) -> Option<Arc<CompiledList>>;
+}
+
+/// Lists given whole, by name: a `plugin test` case's (its `lists` in
+/// `cases.json`). Any other name is unknown.
+#[derive(Debug, Default)]
+pub struct FixedLists(HashMap<String, Arc<CompiledList>>);
+
+impl FixedLists {
+    /// Checks and compiles a case's lists as `PUT /v1/lists/{name}` would
+    /// (default limits); the error names the list and what is wrong.
+    pub fn from_case(lists: &BTreeMap<String, CaseList>) -> Result<Self, String> {
+        let limits = ListsConfig::default();
+        let mut fixed = HashMap::with_capacity(lists.len());
+        for (name, list) in lists {
+            let fail = |why: String| format!("list {name:?}: {why}");
+            if !valid_name(name) {
+                return Err(fail("is not a valid list name".into()));
+            }
+            let kind: ListKind = list.kind.parse().map_err(|e| fail(format!("{e}")))?;
+            let entries = list.entries.iter().map(Entry::new).collect();
+            let checked = check(name, kind, entries, &limits).map_err(|e| fail(e.to_string()))?;
+            fixed.insert(name.clone(), Arc::new(checked.compiled));
+        }
+        Ok(FixedLists(fixed))
+    }
+
+    pub fn source(self) -> Arc<dyn ListSource> {
+        Arc::new(self)
+    }
+}
+
+impl ListSource for FixedLists {
+    fn list(&self, name: &str) -> Option<Arc<CompiledList>> {
+        self.0.get(name).cloned()
+    }
 }
 
 /// A version about to be written (or tried in a backtest): its entries in

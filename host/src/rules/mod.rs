@@ -240,6 +240,19 @@ impl RuleEngine {
         self.evaluate_fresh(plugin, snapshot, deadline, memory_bytes, self.lists.as_ref())
     }
 
+    /// [`RuleEngine::evaluate`], the rule's list calls answered from
+    /// `lists` instead of the lists the engine serves (a `plugin test`
+    /// case's lists).
+    pub fn evaluate_from(
+        &self,
+        plugin: &LoadedPlugin,
+        snapshot: &Snapshot,
+        lists: &Arc<dyn ListSource>,
+    ) -> Result<Evaluation, HostError> {
+        let deadline = self.deadline_for(snapshot);
+        self.evaluate_fresh(plugin, snapshot, deadline, self.limits.memory_bytes, Some(lists))
+    }
+
     /// [`RuleEngine::evaluate_with`], the rule's list calls answered from
     /// `lists` (the engine's served lists, or a replay's versions).
     fn evaluate_fresh(
@@ -277,8 +290,9 @@ impl RuleEngine {
     }
 
     /// [`RuleEngine::evaluate_reusing`], the rule's list calls answered
-    /// from `lists` (the engine's served lists, or a replay's versions).
-    fn evaluate_pooled(
+    /// from `lists` (the engine's served lists, a replay's versions, or a
+    /// `plugin test` case's lists).
+    pub fn evaluate_pooled(
         &self,
         plugin: &LoadedPlugin,
         pool: &InstancePool,

@@ -6,7 +6,7 @@
 use gavel::domain::{Digest, Outcome};
 use gavel::rules::{Evaluation, HostError, InstancePool, LoadErrorKind, LoadedPlugin, RuleEngine, Snapshot};
 use gavel_plugin_sdk::spec::parse_cases;
-use gavel_tests::{engine, evaluate_spec, example_plugins, guests, load, snapshot};
+use gavel_tests::{engine, evaluate_case, example_plugins, guests, load, snapshot};
 use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -49,7 +49,7 @@ fn example_plugins_pass_their_cases_through_the_runtime() {
         let cases = parse_cases(&std::fs::read_to_string(&cases).unwrap()).unwrap();
         assert!(cases.len() >= 5, "{}: too few cases", plugin.info.name);
         for case in cases {
-            let e = evaluate_spec(engine, plugin, &case.snapshot);
+            let e = evaluate_case(engine, plugin, &case);
             let d = e
                 .decision
                 .as_ref()
@@ -76,7 +76,7 @@ fn the_shouting_twins_agree_case_for_case() {
         .1;
     for twin in [&rust, js] {
         for case in &cases {
-            let e = evaluate_spec(engine, twin, &case.snapshot);
+            let e = evaluate_case(engine, twin, case);
             let d = e
                 .decision
                 .as_ref()
@@ -95,12 +95,13 @@ fn every_evaluation_is_stamped_with_name_version_and_file_digest() {
         let e = run(engine, plugin, &snapshot("hello", &[]));
         assert_eq!(e.outcome, Outcome::Ok);
         assert_eq!(e.plugin.name, plugin.info.name);
-        // The versions the examples declare (link-spam and shouting changed
-        // when they began to read the author's standing).
-        let declared = if matches!(plugin.info.name.as_str(), "link-spam" | "shouting" | "shouting-js") {
-            "1.1.0"
-        } else {
-            "1.0.0"
+        // The versions the examples declare: link-spam and shouting changed
+        // when they began to read the author's standing, banned-terms,
+        // link-spam and shouting again when they began to consult lists.
+        let declared = match plugin.info.name.as_str() {
+            "link-spam" | "shouting" | "shouting-js" => "1.2.0",
+            "banned-terms" => "1.1.0",
+            _ => "1.0.0",
         };
         assert_eq!(e.plugin.version, declared, "{}", plugin.info.name);
         assert_eq!(e.plugin.digest, Digest::of(&std::fs::read(wasm).unwrap()));
