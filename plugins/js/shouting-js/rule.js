@@ -11,9 +11,13 @@
 // Config (sidecar `[config]`): `min_letters` (default 12) letters before the
 // rule looks at case; `caps_ratio` (default 0.8) share of capitals that
 // counts as shouting; three `!` or more in a row turn a hold into a reject,
-// and so does an author whose account standing is not `good`.
+// and so does an author whose account standing is not `good`;
+// `exempt_authors` names a `strings` list of author ids (official accounts,
+// say) the rule leaves alone: moderators edit it at runtime, and a list the
+// host does not have exempts nobody.
 
 import { log } from "gavel:rules/host@0.3.1";
+import { contains } from "gavel:rules/lists@0.3.1";
 
 /** @typedef {import("gavel:rules/types@0.3.1").Snapshot} Snapshot */
 /** @typedef {import("gavel:rules/types@0.3.1").Decision} Decision */
@@ -36,11 +40,28 @@ function config(snapshot, key, fallback) {
   return value;
 }
 
+/**
+ * Whether the list config `exempt_authors` names holds the item's author. A
+ * list error comes back thrown, its `payload` the WIT `list-error`.
+ * @param {Snapshot} snapshot
+ */
+function exempt(snapshot) {
+  const name = snapshot.config.find(([k]) => k === "exempt_authors")?.[1];
+  if (name === undefined) return false;
+  try {
+    return contains(name, snapshot.item.author);
+  } catch (e) {
+    const error = /** @type {{payload?: {tag: string, val?: string}}} */ (e).payload;
+    if (error?.tag === "unknown") return false;
+    throw `list \`${name}\`: ${error ? `${error.tag} ${error.val ?? ""}`.trim() : String(e)}`;
+  }
+}
+
 /** @returns {PluginInfo} */
 export function info() {
   return {
     name: "shouting-js",
-    version: "1.1.0",
+    version: "1.2.0",
     description: "Holds posts written mostly in capitals (JavaScript)",
     phases: ["async"],
   };
@@ -53,12 +74,13 @@ export function info() {
 export function evaluate(input) {
   const minLetters = config(input, "min_letters", 12);
   const capsRatio = config(input, "caps_ratio", 0.8);
+  /** @type {Decision} */
+  const allow = { verdict: "allow", score: 0, labels: [], reason: "" };
+  if (exempt(input)) return { ...allow, reason: "exempt author" };
   const text = input.item.text;
   // Letters that have a case, as `c.lower() != c.upper()` in the Python
   // twin: scripts without capitals neither count as shouting nor dilute it.
   const letters = [...text].filter((c) => c.toLowerCase() !== c.toUpperCase());
-  /** @type {Decision} */
-  const allow = { verdict: "allow", score: 0, labels: [], reason: "" };
   if (letters.length < minLetters) return allow;
   const upper = letters.filter((c) => c === c.toUpperCase()).length;
   const ratio = upper / letters.length;

@@ -2,8 +2,14 @@
 //! where they lead), judged more strictly for new authors and for authors
 //! not in good standing.
 //!
-//! Config: `max_links` (default 3); `shorteners` (comma-separated domains,
-//! default a common list); `new_author_ms` (an author gavel first saw less
+//! The shorteners are the `domains` list named by config `shorteners_list`
+//! (default `url-shorteners`), which moderators edit at runtime: a link's
+//! host counts if it is a listed domain or a subdomain of one, and the
+//! decision records the list version it used. While the host has no list
+//! of that name, config `shorteners` (comma-separated domains, default a
+//! common list) is used instead.
+//!
+//! Config: `max_links` (default 3); `new_author_ms` (an author gavel first saw less
 //! than this long ago counts as new, default 7 days); `new_author_items`
 //! (when the snapshot carries no first-seen time, e.g. a stored snapshot of
 //! an older host: an author with fewer recent items counts as new, default
@@ -11,6 +17,7 @@
 //! default `good`: an author in any other state, e.g. `watch` or
 //! `restricted`, is judged at least as strictly as a new one).
 
+use gavel_plugin_sdk::lists::{self, ListError};
 use gavel_plugin_sdk::{Decision, PluginInfo, Rule, Snapshot, export_rule};
 
 pub struct LinkSpam;
@@ -18,6 +25,10 @@ pub struct LinkSpam;
 /// Seven days: how long an author counts as new by default.
 const DEFAULT_NEW_AUTHOR_MS: u64 = 7 * 24 * 3600 * 1000;
 
+/// The list consulted unless config `shorteners_list` names another.
+const DEFAULT_LIST: &str = "url-shorteners";
+
+/// The shorteners used while the host has no list and config names none.
 const DEFAULT_SHORTENERS: &[&str] = &[
     "bit.ly",
     "tinyurl.com",
@@ -30,6 +41,29 @@ const DEFAULT_SHORTENERS: &[&str] = &[
     "rebrand.ly",
     "shorturl.at",
 ];
+
+/// How many of `hosts` go through a URL shortener: asked of the host's
+/// list, or (while it has none) of the sidecar config.
+fn shortened(snapshot: &Snapshot, hosts: &[String]) -> Result<usize, String> {
+    let list = snapshot.config("shorteners_list").unwrap_or(DEFAULT_LIST);
+    let mut count = 0;
+    for host in hosts {
+        match lists::match_domain(list, host) {
+            Ok(found) => count += usize::from(found.is_some()),
+            Err(ListError::Unknown) => {
+                let shorteners = snapshot.config_list("shorteners", DEFAULT_SHORTENERS);
+                return Ok(hosts
+                    .iter()
+                    .filter(|h| shorteners.iter().any(|s| *h == s || h.ends_with(&format!(".{s}"))))
+                    .count());
+            }
+            Err(ListError::WrongKind(kind)) => return Err(format!("list `{list}` holds {kind}, not domains")),
+            // A link host the list cannot read is no shortener it names.
+            Err(ListError::Invalid(_)) => {}
+        }
+    }
+    Ok(count)
+}
 
 /// The host part of every link in `text` (lowercased, without `www.`).
 fn link_hosts(text: &str) -> Vec<String> {
@@ -51,7 +85,7 @@ impl Rule for LinkSpam {
     fn info() -> PluginInfo {
         PluginInfo::new(
             "link-spam",
-            "1.1.0",
+            "1.2.0",
             "Too many links, or links hidden behind URL shorteners",
         )
     }
@@ -61,13 +95,9 @@ impl Rule for LinkSpam {
         let new_author_items: u32 = snapshot.config_or("new_author_items", 2)?;
         let new_author_ms: u64 = snapshot.config_or("new_author_ms", DEFAULT_NEW_AUTHOR_MS)?;
         let good_states = snapshot.config_list("good_states", &["good"]);
-        let shorteners = snapshot.config_list("shorteners", DEFAULT_SHORTENERS);
 
         let hosts = link_hosts(&snapshot.item.text);
-        let shortened = hosts
-            .iter()
-            .filter(|h| shorteners.iter().any(|s| *h == s || h.ends_with(&format!(".{s}"))))
-            .count();
+        let shortened = shortened(snapshot, &hosts)?;
         // New: known to gavel for less than `new_author_ms`; without a
         // first-seen time (0), fewer than `new_author_items` recent items.
         let new_author = match snapshot.author_age_ms() {

@@ -11,11 +11,14 @@ gavel refuses a component that imports them.)
 Config (sidecar `[config]`): `min_letters` (default 12) letters with case before the
 rule looks at case; `caps_ratio` (default 0.8) share of capitals that counts
 as shouting; three `!` or more in a row turn a hold into a reject, and so
-does an author whose account standing is not `good`.
+does an author whose account standing is not `good`; `exempt_authors` names
+a `strings` list of author ids (official accounts, say) the rule leaves
+alone: moderators edit it at runtime, and a list the host does not have
+exempts nobody.
 """
 
 import wit_world
-from wit_world.imports import host
+from wit_world.imports import host, lists
 from wit_world.imports.types import Decision, Level, Phase, PluginInfo, Snapshot, Verdict
 from componentize_py_types import Err
 
@@ -30,11 +33,24 @@ def config(snapshot: Snapshot, key: str, default: float) -> float:
     return default
 
 
+def exempt(snapshot: Snapshot) -> bool:
+    """Whether the list config `exempt_authors` names holds the item's author."""
+    name = next((v for k, v in snapshot.config if k == "exempt_authors"), None)
+    if name is None:
+        return False
+    try:
+        return lists.contains(name, snapshot.item.author)
+    except Err as e:
+        if isinstance(e.value, lists.ListError_Unknown):
+            return False
+        raise Err(f"list `{name}`: {e.value}")
+
+
 class WitWorld(wit_world.WitWorld):
     def info(self) -> PluginInfo:
         return PluginInfo(
             name="shouting",
-            version="1.1.0",
+            version="1.2.0",
             description="Holds posts written mostly in capitals",
             phases=[Phase.ASYNC],
         )
@@ -42,6 +58,8 @@ class WitWorld(wit_world.WitWorld):
     def evaluate(self, input: Snapshot) -> Decision:
         min_letters = config(input, "min_letters", 12)
         caps_ratio = config(input, "caps_ratio", 0.8)
+        if exempt(input):
+            return Decision(verdict=Verdict.ALLOW, score=0.0, labels=[], reason="exempt author", provider=None)
         text = input.item.text
         # Letters that have a case: scripts without capitals (Japanese,
         # Arabic, ...) neither count as shouting nor dilute it.
