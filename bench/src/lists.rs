@@ -4,9 +4,14 @@
 //! its poll picks the edit up), and one lookup in the compiled matcher
 //! (`host/src/lists/matcher.rs`), hits and misses alike: as the host makes
 //! it, and from inside a rule (the `list-probe` fixture asking through
-//! `gavel:rules/lists`, the call across the sandbox included).
+//! `gavel:rules/lists`, the call across the sandbox included). And end
+//! to end: B4's embedded run with the example rules reading their terms and
+//! shorteners from lists, against the same content in their sidecar config.
 
 use crate::report::Figure;
+use crate::system::{CLIENT_TOKEN, Gavel, MODERATOR_TOKEN, Sizes, rust_plugins, settle_runs_with, wait_settled};
+use serde_json::{Value, json};
+use std::path::Path;
 use gavel::lists::{CompiledList, Entry, ListKind, ListsConfig, Matcher, ServedLists, canonical, digest};
 use gavel::rules::{InstancePool, RuleEngine, RuntimeLimits, snapshot_from_spec};
 use gavel_plugin_sdk::spec::SnapshotSpec;
@@ -249,4 +254,101 @@ pub fn b14(quick: bool) -> Vec<Figure> {
         );
     }
     figures
+}
+
+/// The example rules' shipped content (plugins/banned-terms.toml and
+/// link-spam's built-in shorteners), as a sidecar or as lists.
+const TERMS: [&str; 3] = ["scamcoin", "free money", "miracle cure"];
+const SHORTENERS: [&str; 10] = [
+    "bit.ly",
+    "tinyurl.com",
+    "t.co",
+    "goo.gl",
+    "ow.ly",
+    "is.gd",
+    "buff.ly",
+    "cutt.ly",
+    "rebrand.ly",
+    "shorturl.at",
+];
+
+/// B14's end-to-end figure: B4's embedded run (a tenth of the items link
+/// spam through shorteners) with the examples reading their terms and
+/// shorteners from the sidecar config, then from lists `banned-terms` and
+/// `url-shorteners` holding the same entries: every decision of the second
+/// run records the list versions it consulted.
+pub async fn b4_on_lists(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
+    let dir = tempfile::tempdir()?;
+    let tuning = crate::system::B4_TUNING;
+    let sidecar_dir = dir.path().join("sidecar");
+    std::fs::create_dir_all(sidecar_dir.join("plugins"))?;
+    std::fs::write(
+        sidecar_dir.join("plugins/banned-terms.toml"),
+        format!("mode = \"enforce\"\n[config]\nterms = {TERMS:?}\n"),
+    )?;
+    std::fs::write(
+        sidecar_dir.join("plugins/link-spam.toml"),
+        format!("mode = \"enforce\"\n[config]\nshorteners = {SHORTENERS:?}\n"),
+    )?;
+    let sidecar = Gavel::start(gavel_bin, &sidecar_dir, &rust_plugins(), tuning).await?;
+    let ((s, s_lo, s_hi), s_cpu) = settle_runs_with(&[&sidecar], sizes.runs, sizes.items, 1, 10).await?;
+    drop(sidecar);
+
+    let on_lists = Gavel::start(gavel_bin, &dir.path().join("lists"), &rust_plugins(), tuning).await?;
+    let http = reqwest::Client::new();
+    for (name, kind, entries) in [
+        ("banned-terms", "terms", &TERMS[..]),
+        ("url-shorteners", "domains", &SHORTENERS[..]),
+    ] {
+        let entries: Vec<_> = entries.iter().map(|e| json!({"value": e})).collect();
+        let r = http
+            .put(format!("{}/v1/lists/{name}", on_lists.url))
+            .bearer_auth(MODERATOR_TOKEN)
+            .json(&json!({"kind": kind, "reason": "B14", "entries": entries}))
+            .send()
+            .await?;
+        anyhow::ensure!(r.status().is_success(), "PUT /v1/lists/{name}: {}", r.text().await?);
+    }
+    let ((l, l_lo, l_hi), l_cpu) = settle_runs_with(&[&on_lists], sizes.runs, sizes.items, 1, 10).await?;
+    // The lists were consulted: a listed phrase is rejected, the decision
+    // naming the list's version.
+    let posted: Value = http
+        .post(format!("{}/v1/items", on_lists.url))
+        .bearer_auth(CLIENT_TOKEN)
+        .json(&json!({"kind": "post", "author": "b14", "text": "Free money for everyone"}))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let id = posted["id"].as_str().unwrap_or_default().to_string();
+    wait_settled(&http, &on_lists.url, &id).await?;
+    let item: Value = http
+        .get(format!("{}/v1/items/{id}", on_lists.url))
+        .bearer_auth(CLIENT_TOKEN)
+        .send()
+        .await?
+        .json()
+        .await?;
+    drop(on_lists);
+    let stamped = item["decisions"].as_array().is_some_and(|ds| {
+        ds.iter()
+            .any(|d| d["plugin"] == "banned-terms" && d["verdict"] == "reject" && d["lists"][0]["name"] == "banned-terms")
+    });
+    anyhow::ensure!(stamped, "banned-terms did not decide from its list: {item}");
+    Ok(vec![
+        Figure::new("B14", "submitted → settled, embedded, examples on lists", l, "items/s")
+            .spread(l_lo, l_hi)
+            .against("on sidecar config", s)
+            .goal("≥ 0.95 × sidecar config", l >= 0.95 * s)
+            .note(format!(
+                "B4's embedded run, {} items per run, a tenth link spam; banned-terms and link-spam read \
+                 {} terms and {} shorteners from lists (sidecar: {s_lo:.0}–{s_hi:.0})",
+                sizes.items,
+                TERMS.len(),
+                SHORTENERS.len()
+            )),
+        Figure::new("B14", "CPU per settled item, examples on lists", l_cpu, "µs")
+            .against("on sidecar config", s_cpu)
+            .note("the gavel process, user + system (/proc), ÷ items"),
+    ])
 }

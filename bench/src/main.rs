@@ -67,9 +67,10 @@ fn main() -> anyhow::Result<()> {
             only,
         } => runtime.block_on(async move {
             let wants = |id: &str| only.is_empty() || only.iter().any(|o| o.eq_ignore_ascii_case(id));
-            // B1/B2 read criterion's files, B6 runs the coordinator and B14
-            // the list matchers in this process; the rest measure a server.
-            let servers = ["B3", "B4", "B5", "B7", "B8", "B9", "B10", "B11", "B12", "B13", "B16"];
+            // B1/B2 read criterion's files and B6 runs the coordinator in
+            // this process; the rest measure a server (B14 its list matchers
+            // in this process too).
+            let servers = ["B3", "B4", "B5", "B7", "B8", "B9", "B10", "B11", "B12", "B13", "B14", "B16"];
             anyhow::ensure!(
                 gavel.is_file() || !servers.iter().any(|id| wants(id)),
                 "{} not found: build it (cargo build --release -p gavel)",
@@ -124,6 +125,8 @@ fn main() -> anyhow::Result<()> {
             if wants("B14") {
                 eprintln!("B14: lists of 100,000 entries: compiling, and one lookup…");
                 figures.extend(lists::b14(quick));
+                eprintln!("B14: B4 with the examples on lists, against sidecar config…");
+                figures.extend(lists::b4_on_lists(&gavel, sizes).await?);
             }
             if wants("B16") {
                 eprintln!("B16: one item's replay over a long history…");

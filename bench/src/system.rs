@@ -61,7 +61,7 @@ impl Sizes {
 /// millisecond so that the settle time is not the poll interval.
 pub(crate) const B4_TUNING: &str = "[evaluation]\nconcurrency = 512\nbatch = 256\npoll_interval_ms = 1\n";
 
-const CLIENT_TOKEN: &str = "bench-client-token-0123456789abcdef";
+pub(crate) const CLIENT_TOKEN: &str = "bench-client-token-0123456789abcdef";
 pub(crate) const MODERATOR_TOKEN: &str = "bench-moderator-token-0123456789abcdef";
 
 /// A `gavel serve` process on a free port, killed when dropped.
