@@ -1064,7 +1064,74 @@ async fn a_candidate_list_flips_exactly_the_expected_items(setup: Setup) {
     drop(dir);
 }
 
+/// The example rules read their lists and fall back to their sidecar
+/// config while the host has none (docs/RELIABILITY.md L10): banned-terms
+/// judges by its sidecar `terms` until list `banned-terms` exists, then by
+/// the list alone; link-spam by its built-in shorteners until
+/// `url-shorteners` exists; each decision names the list it consulted.
+async fn the_examples_read_their_lists_and_fall_back_to_their_sidecar(setup: Setup) {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    std::fs::copy(gavel_tests::guests::BANNED_TERMS, plugins.join("banned-terms.wasm")).unwrap();
+    std::fs::copy(gavel_tests::guests::LINK_SPAM, plugins.join("link-spam.wasm")).unwrap();
+    std::fs::write(
+        plugins.join("banned-terms.toml"),
+        "mode = \"enforce\"\n[config]\nterms = [\"scamcoin\"]\n",
+    )
+    .unwrap();
+    let s = TestServer::start_in(dir, setup, |_| {}).await;
+    let decision = async |text: &str, plugin: &str| -> Value {
+        let id = s.submit("reader", text).await;
+        let item = s.settled(&id).await;
+        item["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["plugin"] == plugin)
+            .unwrap_or_else(|| panic!("no {plugin} decision on {item}"))
+            .clone()
+    };
+
+    // No lists yet: the sidecar and the built-in shorteners decide, and no
+    // decision names a list.
+    let d = decision("Buy SCAMCOIN now", "banned-terms").await;
+    assert_eq!((d["verdict"].as_str(), consulted(&d)), (Some("reject"), vec![]), "{d}");
+    let d = decision("look https://m.bit.ly/x", "link-spam").await;
+    assert!(labels(&d).contains(&"shortener"), "{d}");
+    assert_eq!(consulted(&d), vec![], "{d}");
+
+    let mut digests = std::collections::BTreeMap::new();
+    for (name, kind, value) in [
+        ("banned-terms", "terms", "double your crypto"),
+        ("url-shorteners", "domains", "sho.rt"),
+    ] {
+        let body = json!({"kind": kind, "reason": "test", "entries": [{"value": value}]});
+        let (status, body) = put(&s, &s.moderator, name, None, &body).await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        digests.insert(name, (name.to_string(), 1, body["digest"].as_str().unwrap().to_string()));
+    }
+
+    // Now the lists alone decide: the sidecar's term and the built-in
+    // shortener no longer count, the listed ones do.
+    let d = decision("Buy SCAMCOIN now", "banned-terms").await;
+    assert_eq!(d["verdict"], "allow", "{d}");
+    assert_eq!(consulted(&d), vec![digests["banned-terms"].clone()], "{d}");
+    let d = decision("DOUBLE your Crypto!", "banned-terms").await;
+    assert_eq!(d["verdict"], "reject", "{d}");
+    assert_eq!(d["reason"], "banned terms: double your crypto", "{d}");
+    assert_eq!(consulted(&d), vec![digests["banned-terms"].clone()], "{d}");
+    let d = decision("look https://m.bit.ly/x", "link-spam").await;
+    assert!(!labels(&d).contains(&"shortener"), "{d}");
+    assert_eq!(consulted(&d), vec![digests["url-shorteners"].clone()], "{d}");
+    let d = decision("look https://go.sho.rt/x", "link-spam").await;
+    assert!(labels(&d).contains(&"shortener"), "{d}");
+    assert_eq!(consulted(&d), vec![digests["url-shorteners"].clone()], "{d}");
+    s.stop().await.unwrap();
+}
+
 gavel_tests::both!(
+    the_examples_read_their_lists_and_fall_back_to_their_sidecar,
     rules_consult_lists_and_decisions_name_their_versions,
     backtests_replay_the_list_versions_of_their_time,
     a_candidate_list_flips_exactly_the_expected_items,
