@@ -307,10 +307,14 @@ pub async fn b3(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
     let baseline = crate::baseline::Process::start(&dir.path().join("baseline")).await?;
     let (mut g_rps, mut b_rps) = (Vec::new(), Vec::new());
     let mut non_2xx = 0;
+    let http = reqwest::Client::new();
     for _ in 0..sizes.runs {
         let (rps, bad) = wrk(&gavel.url, sizes.wrk_secs, dir.path())?;
         g_rps.push(rps);
         non_2xx += bad;
+        // gavel judges what it accepted after the run too: the baseline's
+        // run must not share the cores with that.
+        drained(&http, &gavel.url).await?;
         let (rps, bad) = wrk(&baseline.url, sizes.wrk_secs, dir.path())?;
         b_rps.push(rps);
         non_2xx += bad;
@@ -319,6 +323,7 @@ pub async fn b3(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
     let (b, ..) = median(&mut b_rps);
     let secs = if sizes.quick { 1.0 } else { 5.0 };
     let open = open_loop(&gavel.url, g * 0.5, secs).await?;
+    drained(&http, &gavel.url).await?;
     let bare = open_loop(&baseline.url, g * 0.5, secs).await?;
     let failures = match (&open.first_error, &bare.first_error) {
         (None, None) => String::new(),
@@ -352,6 +357,25 @@ pub async fn b3(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
         ));
     }
     Ok(out)
+}
+
+/// Waits (up to 120 s) until the evaluation queue of the process at `url`
+/// is empty: every accepted item judged.
+async fn drained(http: &reqwest::Client, url: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let text = http.get(format!("{url}/metrics")).send().await?.text().await?;
+        let depth = text
+            .lines()
+            .find_map(|l| l.strip_prefix("gavel_queue_depth "))
+            .and_then(|v| v.trim().parse::<f64>().ok());
+        match depth {
+            Some(d) if d == 0.0 => return Ok(()),
+            Some(_) => anyhow::ensure!(Instant::now() < deadline, "{url}: the evaluation queue did not drain"),
+            None => anyhow::bail!("{url}: no gavel_queue_depth in /metrics"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Committed evaluations so far, from `/metrics`.
