@@ -43,9 +43,13 @@ pub struct ListsConfig {
     /// Bytes one compiled pattern may take (the `regex` crate's own
     /// default); a pattern over it is refused with 422 naming it.
     pub pattern_size_limit: usize,
-    /// Bytes the compiled set of a `patterns` list may take, and the lazy
-    /// DFA's cache per search: matching stays linear in the text and
-    /// bounded in memory.
+    /// Bytes a `patterns` list's shared parts may take, each on its own:
+    /// the automaton of its literal prefixes, the `RegexSet` of the
+    /// patterns without one (and its lazy DFA's cache per search), and the
+    /// patterns kept compiled after their first use (each counted at its
+    /// program's size and one lazy DFA cache; past the budget a pattern is
+    /// compiled for the call and dropped). A version over the first two is
+    /// refused with 422.
     pub pattern_set_size_limit: usize,
     /// How often every process compares the versions it serves with the
     /// store's (an edit is served everywhere within about this long).

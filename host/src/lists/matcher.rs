@@ -50,8 +50,9 @@ pub enum Matcher {
 
 impl Matcher {
     /// Compiles canonical entries of `kind`. Only patterns can fail here:
-    /// one over `pattern_size_limit` (or not a regex) is refused by name,
-    /// a set over `pattern_set_size_limit` as a whole.
+    /// one over `pattern_size_limit` (or not a regex) is refused by name;
+    /// their prefixes' automaton, or the set of those without a prefix,
+    /// over `pattern_set_size_limit` as a whole.
     pub fn compile(kind: ListKind, entries: &[Entry], limits: &ListsConfig) -> Result<Matcher, EntryError> {
         let values = entries.iter().map(|e| e.value.as_str());
         Ok(match kind {
@@ -124,46 +125,98 @@ impl CompiledList {
     }
 }
 
-/// Terms by their first word. A text is folded into its words (each
-/// followed by one space), and each word is looked up among the terms'
-/// first words; a term starting there matches if the rest of its words
-/// follow. One hash lookup per word of the text, whatever the list's size,
-/// where an automaton over 100,000 terms would walk states scattered over
-/// tens of megabytes.
+/// Terms as a trie of words: a text is folded once into its words, and
+/// from each word the trie is followed word by word as far as the text
+/// matches, every node reached that ends a term a hit. Each step is one
+/// hash lookup of (node, word), so a lookup costs at most (words of the
+/// text) × (words of the longest term) steps, and in practice about one
+/// per word, whatever the list's size or how many terms share a first word
+/// (an automaton over 100,000 terms would walk states scattered over tens
+/// of megabytes).
 #[derive(Debug)]
 pub struct Terms {
     /// The folded terms (words joined by single spaces).
     terms: Vec<String>,
-    /// The indexes of the terms starting with each first word.
-    by_first: foldhash::HashMap<Box<str>, Vec<u32>>,
+    /// The root's edges: each term's first word, to its node (looked up
+    /// by the text's word as it is: most words of a text end here).
+    first: foldhash::HashMap<Box<str>, u32>,
+    /// The other edges: a node's id (little-endian) followed by a word's
+    /// bytes, to the child node.
+    edges: foldhash::HashMap<Box<[u8]>, u32>,
+    /// For each node, the term ending there (`NO_TERM`: none).
+    ends: Vec<u32>,
+}
+
+const NO_TERM: u32 = u32::MAX;
+
+/// The key of the edge from `node` over `word`, written into `key`.
+fn edge_key<'k>(key: &'k mut Vec<u8>, node: u32, word: &[u8]) -> &'k [u8] {
+    key.clear();
+    key.extend_from_slice(&node.to_le_bytes());
+    key.extend_from_slice(word);
+    key
 }
 
 impl Terms {
     fn new<'a>(folded: impl Iterator<Item = &'a str>) -> Self {
         let terms: Vec<String> = folded.map(str::to_string).collect();
-        let mut by_first: foldhash::HashMap<Box<str>, Vec<u32>> = foldhash::HashMap::default();
-        for (i, t) in terms.iter().enumerate() {
-            let first = t.split(' ').next().unwrap_or_default();
-            by_first.entry(first.into()).or_default().push(i as u32);
+        let mut first: foldhash::HashMap<Box<str>, u32> = foldhash::HashMap::default();
+        let mut edges: foldhash::HashMap<Box<[u8]>, u32> = foldhash::HashMap::default();
+        // Node 0 is the root.
+        let mut ends = vec![NO_TERM];
+        let mut key = Vec::new();
+        for (i, term) in terms.iter().enumerate() {
+            let mut words = term.split(' ');
+            let mut new_node = || {
+                ends.push(NO_TERM);
+                ends.len() as u32 - 1
+            };
+            let mut node = *first
+                .entry(words.next().unwrap_or_default().into())
+                .or_insert_with(&mut new_node);
+            for word in words {
+                node = *edges
+                    .entry(edge_key(&mut key, node, word.as_bytes()).into())
+                    .or_insert_with(&mut new_node);
+            }
+            ends[node as usize] = i as u32;
         }
-        Terms { terms, by_first }
+        Terms {
+            terms,
+            first,
+            edges,
+            ends,
+        }
     }
 
     fn find(&self, text: &str) -> Vec<String> {
         let mut words = String::with_capacity(text.len() + 1);
         fold_words_into(text, &mut words);
+        let mut key = Vec::with_capacity(64);
         let mut hits: Vec<u32> = Vec::new();
-        let mut at = 0;
-        while let Some(len) = words[at..].find(' ') {
-            if let Some(starting) = self.by_first.get(&words[at..at + len]) {
-                let rest = &words.as_bytes()[at..];
-                hits.extend(starting.iter().copied().filter(|t| {
-                    let term = self.terms[*t as usize].as_bytes();
-                    // Whole words: the term ends where a word does.
-                    rest.starts_with(term) && rest.get(term.len()) == Some(&b' ')
-                }));
+        let mut found = |node: u32| {
+            let term = self.ends[node as usize];
+            if term != NO_TERM {
+                hits.push(term);
             }
-            at += len + 1;
+        };
+        // Every word is followed by one space.
+        let next_word = |at: usize| words[at..].find(' ').map(|len| at + len);
+        let mut start = 0;
+        while let Some(end) = next_word(start) {
+            if let Some(&root) = self.first.get(&words[start..end]) {
+                found(root);
+                let (mut node, mut at) = (root, end + 1);
+                while let Some(to) = next_word(at) {
+                    let Some(&child) = self.edges.get(edge_key(&mut key, node, &words.as_bytes()[at..to])) else {
+                        break;
+                    };
+                    found(child);
+                    node = child;
+                    at = to + 1;
+                }
+            }
+            start = end + 1;
         }
         hits.sort_unstable();
         hits.dedup();
@@ -194,6 +247,16 @@ pub struct Patterns {
 /// Shortest literal prefix worth searching for; shorter ones would make
 /// nearly every text a candidate.
 const MIN_PREFIX: usize = 3;
+/// Longest literal prefix kept: longer ones name no fewer candidates worth
+/// the automaton states they take.
+const MAX_PREFIX: usize = 16;
+/// The lazy DFA cache of one pattern compiled alone.
+const HYBRID_CACHE: usize = 256 << 10;
+/// Automaton bytes per byte of distinct prefixes, at most, while it is
+/// built (the double array's states and the builder's own): what the
+/// prefixes of a version may take, checked against
+/// `pattern_set_size_limit` before building.
+const AUTOMATON_BYTES_PER_PREFIX_BYTE: usize = 16;
 /// Most literal prefixes one pattern may contribute (after they are cut
 /// to [`MIN_PREFIX`] bytes, if there were more).
 const MAX_PREFIXES: usize = 64;
@@ -243,19 +306,33 @@ impl Patterns {
                 None => rest.push(i),
             }
         }
-        let prefixed = (!owners.is_empty()).then(|| {
+        let too_many = |problem: String| EntryError::Invalid {
+            value: format!("{} patterns", patterns.len()),
+            problem,
+        };
+        let prefix_bytes: usize = literals.keys().map(Vec::len).sum();
+        if prefix_bytes.saturating_mul(AUTOMATON_BYTES_PER_PREFIX_BYTE) > limits.pattern_set_size_limit {
+            return Err(too_many(format!(
+                "together, their literal prefixes ({prefix_bytes} bytes) compile to more than the limit of {} bytes",
+                limits.pattern_set_size_limit
+            )));
+        }
+        let prefixed = if owners.is_empty() {
+            None
+        } else {
             let mut by_id: Vec<(usize, Vec<u8>)> = literals.into_iter().map(|(l, id)| (id, l)).collect();
             by_id.sort_unstable_by_key(|(id, _)| *id);
-            Prefixed {
-                automaton: DoubleArrayAhoCorasick::new(by_id.iter().map(|(_, l)| l))
-                    .expect("an automaton of distinct, non-empty, bounded literals (the list limits) builds"),
+            let automaton = DoubleArrayAhoCorasick::new(by_id.iter().map(|(_, l)| l))
+                .map_err(|e| too_many(format!("together, their literal prefixes do not compile: {e}")))?;
+            Some(Prefixed {
+                automaton,
                 owners,
                 compiled: std::iter::repeat_with(OnceLock::new).take(patterns.len()).collect(),
                 held: AtomicUsize::new(0),
                 budget: limits.pattern_set_size_limit,
                 size_limit: limits.pattern_size_limit,
-            }
-        });
+            })
+        };
         let rest = if rest.is_empty() {
             None
         } else {
@@ -279,10 +356,15 @@ impl Patterns {
     fn matching(&self, text: &str) -> Vec<String> {
         let mut hits: Vec<usize> = Vec::new();
         if let Some(p) = &self.prefixed {
-            let mut candidates: Vec<u32> = p
-                .automaton
-                .find_overlapping_iter(text)
-                .flat_map(|m| p.owners[m.value() as usize].iter().copied())
+            // Distinct prefixes first: a prefix that occurs a thousand
+            // times names its patterns once, so the work is bounded by the
+            // list, not by how often a text repeats a prefix.
+            let mut found: Vec<u32> = p.automaton.find_overlapping_iter(text).map(|m| m.value()).collect();
+            found.sort_unstable();
+            found.dedup();
+            let mut candidates: Vec<u32> = found
+                .into_iter()
+                .flat_map(|prefix| p.owners[prefix as usize].iter().copied())
                 .collect();
             candidates.sort_unstable();
             candidates.dedup();
@@ -327,11 +409,12 @@ impl Prefixed {
             return false;
         };
         let found = re.is_match(text);
-        let bytes = re.memory_usage();
-        if self.held.fetch_add(bytes, Ordering::Relaxed) + bytes <= self.budget {
-            // Another call may have set it meanwhile: theirs is the same.
-            let _ = self.compiled[i].set(re);
-        } else {
+        // Its program, and the lazy DFA cache it may grow (one per thread
+        // using it at once; counted once: evaluations of one list rarely
+        // run the same pattern side by side).
+        let bytes = re.memory_usage() + HYBRID_CACHE;
+        if self.held.fetch_add(bytes, Ordering::Relaxed) + bytes > self.budget || self.compiled[i].set(re).is_err() {
+            // Over the budget, or another call kept the same one meanwhile.
             self.held.fetch_sub(bytes, Ordering::Relaxed);
         }
         found
@@ -342,10 +425,13 @@ impl Prefixed {
 /// none is shorter than [`MIN_PREFIX`] bytes.
 fn prefixes(hir: &Hir) -> Option<Vec<Vec<u8>>> {
     let mut seq = Extractor::new().kind(ExtractKind::Prefix).extract(hir);
-    if seq.len().is_some_and(|n| n > MAX_PREFIXES) {
-        seq.keep_first_bytes(MIN_PREFIX);
-        seq.dedup();
-    }
+    let cut = if seq.len().is_some_and(|n| n > MAX_PREFIXES) {
+        MIN_PREFIX
+    } else {
+        MAX_PREFIX
+    };
+    seq.keep_first_bytes(cut);
+    seq.dedup();
     let literals = seq.literals()?;
     let usable =
         !literals.is_empty() && literals.len() <= MAX_PREFIXES && literals.iter().all(|l| l.len() >= MIN_PREFIX);
@@ -381,7 +467,10 @@ fn compile_one(pattern: &str, limit: usize) -> Option<Regex> {
         .configure(
             meta::Config::new()
                 .nfa_size_limit(Some(limit))
-                .hybrid_cache_capacity(limit.min(2 << 20)),
+                // Only `is_match` is asked: no capture states, the NFA the
+                // size check measured.
+                .which_captures(thompson::WhichCaptures::None)
+                .hybrid_cache_capacity(HYBRID_CACHE),
         )
         .build(pattern)
         .inspect_err(
@@ -506,8 +595,20 @@ mod tests {
         assert_eq!(l.find_terms("ＣＲＹＰＴＯ").unwrap(), ["crypto"], "full width folds");
     }
 
-    /// The automaton finds exactly what the banned-terms example finds
+    /// The trie finds exactly what the banned-terms example finds
     /// (whole-word windows over the same folded words).
+    #[test]
+    fn terms_sharing_first_words_are_each_found_once() {
+        let mut terms: Vec<String> = (0..5_000).map(|i| format!("free gift{i}")).collect();
+        terms.extend(["free".to_string(), "free money".into(), "free money now".into()]);
+        let refs: Vec<&str> = terms.iter().map(String::as_str).collect();
+        let l = compile(ListKind::Terms, &refs);
+        let text = format!("{} free money now, free gift4999", "free ".repeat(10_000));
+        let mut got = l.find_terms(&text).unwrap();
+        got.sort_unstable();
+        assert_eq!(got, ["free", "free gift4999", "free money", "free money now"]);
+    }
+
     #[test]
     fn terms_agree_with_word_windows() {
         let terms = ["a b", "b", "b c a", "c", "x y z", "ab"];
@@ -566,6 +667,8 @@ mod tests {
             r"x*",
             r"(?i)ünïcödé",
             r"bit\.ly/[A-Za-z0-9]+|tinyurl\.com/\S+",
+            r"(?:(ca)(s))+ino",
+            r"averyveryverylongliteralprefix\d",
         ];
         let texts = [
             "call WhatsApp +4915112345678 or t.me/scam",
@@ -578,6 +681,8 @@ mod tests {
             "freedom",
             "ÜNÏCÖDÉ text",
             "see bit.ly/abc or tinyurl.com/x",
+            "cascasino",
+            "averyveryverylongliteralprefix7, averyveryverylongliteral",
             "",
             "a calm sentence about gardening",
         ];
@@ -599,6 +704,31 @@ mod tests {
                 assert_eq!(got, want, "{text:?} (budget {budget})");
             }
         }
+    }
+
+    #[test]
+    fn a_text_repeating_a_prefix_names_its_patterns_once() {
+        // 2,000 patterns sharing the prefix `buy`, a text of 20,000 `buy`s:
+        // each prefix found names its owners once per call.
+        let patterns: Vec<String> = (0..2_000).map(|i| format!("buy{i}x")).collect();
+        let refs: Vec<&str> = patterns.iter().map(String::as_str).collect();
+        let l = compile(ListKind::Patterns, &refs);
+        let text = format!("{} buy1999x", "buy".repeat(20_000));
+        assert_eq!(l.match_patterns(&text).unwrap(), ["buy1999x"]);
+    }
+
+    #[test]
+    fn prefixes_too_big_together_are_refused_as_a_whole() {
+        let patterns: Vec<String> = (0..100).map(|i| format!("{i:0>16}x")).collect();
+        let refs: Vec<&str> = patterns.iter().map(String::as_str).collect();
+        let small = ListsConfig {
+            pattern_set_size_limit: 10_000,
+            ..ListsConfig::default()
+        };
+        let e = compile_with(ListKind::Patterns, &refs, &small).unwrap_err().to_string();
+        assert!(e.contains("100 patterns") && e.contains("literal prefixes"), "{e}");
+        // Under the default limit the same version compiles.
+        assert!(compile_with(ListKind::Patterns, &refs, &ListsConfig::default()).is_ok());
     }
 
     #[test]
