@@ -123,17 +123,7 @@ pub fn evaluate_spec(engine: &RuleEngine, plugin: &LoadedPlugin, spec: &Snapshot
 /// Evaluates `plugin` on a `cases.json` case as `gavel plugin test` does:
 /// the case's lists, if it gives any, answer the rule's list calls.
 pub fn evaluate_case(engine: &RuleEngine, plugin: &LoadedPlugin, case: &gavel_plugin_sdk::spec::Case) -> Evaluation {
-    if case.lists.is_empty() {
-        return evaluate_spec(engine, plugin, &case.snapshot);
-    }
-    let lists = gavel::lists::FixedLists::from_case(&case.lists)
-        .unwrap_or_else(|why| panic!("{}: {why}", case.name))
-        .source();
-    let mut s = snapshot_from_spec(&case.snapshot);
-    fit_snapshot(&mut s, engine.limits().max_snapshot_bytes);
-    engine
-        .evaluate_from(plugin, &s, &lists)
-        .expect("the host runs the evaluation")
+    gavel::cli::evaluate_case(engine, plugin, case).unwrap_or_else(|e| panic!("{}: {e:#}", case.name))
 }
 
 /// Resident set size of this process, in bytes (Linux).

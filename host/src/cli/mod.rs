@@ -5,7 +5,7 @@ mod history;
 mod plugin;
 mod scaffold;
 
-pub use plugin::{PluginCommand, describe};
+pub use plugin::{PluginCommand, describe, evaluate_case};
 pub use scaffold::Lang;
 
 use crate::telemetry::LogFormat;

@@ -185,6 +185,22 @@ fn evaluate_spec(engine: &RuleEngine, plugin: &LoadedPlugin, spec: &SnapshotSpec
     engine.evaluate(plugin, &snapshot_of(engine, spec))
 }
 
+/// Evaluates `plugin` on a `cases.json` case in a fresh instance, as
+/// `gavel plugin test` does: the snapshot fitted to the engine's limit, the
+/// rule's list calls answered from the lists the case gives (none: every
+/// name `unknown`). An error is a case whose lists do not compile, or the
+/// host failing to run the evaluation.
+pub fn evaluate_case(engine: &RuleEngine, plugin: &LoadedPlugin, case: &Case) -> anyhow::Result<Evaluation> {
+    let snapshot = snapshot_of(engine, &case.snapshot);
+    Ok(match case_lists(case)? {
+        Some(lists) => engine.evaluate_from(plugin, &snapshot, &lists)?,
+        None => engine.evaluate(plugin, &snapshot)?,
+    })
+}
+
+/// A case `plugin bench` times: name, snapshot, lists.
+type BenchCase = (String, SnapshotSpec, Option<Arc<dyn ListSource>>);
+
 /// Where a case's list calls are answered from: the lists it gives, or
 /// none (every name `unknown`).
 fn case_lists(case: &Case) -> anyhow::Result<Option<Arc<dyn ListSource>>> {
@@ -249,10 +265,7 @@ fn run_cases(engine: &RuleEngine, file: &Path, cases: &Path) -> anyhow::Result<E
     );
     let mut failed = 0;
     for case in &cases {
-        let evaluation = match case_lists(case)? {
-            Some(lists) => engine.evaluate_from(&plugin, &snapshot_of(engine, &case.snapshot), &lists)?,
-            None => evaluate_spec(engine, &plugin, &case.snapshot)?,
-        };
+        let evaluation = evaluate_case(engine, &plugin, case)?;
         let result = match &evaluation.decision {
             Some(d) => case.expect.check(d.verdict.as_str(), &d.labels, d.provider.as_deref()),
             None => Err(describe(&evaluation)),
@@ -306,7 +319,7 @@ fn bench(
     config: &[(String, String)],
 ) -> anyhow::Result<ExitCode> {
     let plugin = engine.load_file(file)?;
-    let cases: Vec<(String, SnapshotSpec, Option<Arc<dyn ListSource>>)> = match cases {
+    let cases: Vec<BenchCase> = match cases {
         Some(path) => read_cases(path)?
             .into_iter()
             .map(|c| Ok((c.name.clone(), c.snapshot.clone(), case_lists(&c)?)))

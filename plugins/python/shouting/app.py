@@ -43,7 +43,8 @@ def exempt(snapshot: Snapshot) -> bool:
     except Err as e:
         if isinstance(e.value, lists.ListError_Unknown):
             return False
-        raise Err(f"list `{name}`: {e.value}")
+        tag = "wrong-kind" if isinstance(e.value, lists.ListError_WrongKind) else "invalid"
+        raise Err(f"list `{name}`: {tag} {e.value.value}")
 
 
 class WitWorld(wit_world.WitWorld):
