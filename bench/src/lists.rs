@@ -1,5 +1,5 @@
 //! B14 (docs/BENCHMARKS.md): lists of 100,000 entries of each kind, in
-//! this process (no server): checking and compiling a version (what an
+//! this process: checking and compiling a version (what an
 //! edit costs before it is written, and what every other process pays when
 //! its poll picks the edit up), and one lookup in the compiled matcher
 //! (`host/src/lists/matcher.rs`), hits and misses alike: as the host makes
@@ -10,13 +10,13 @@
 
 use crate::report::Figure;
 use crate::system::{CLIENT_TOKEN, Gavel, MODERATOR_TOKEN, Sizes, rust_plugins, settle_runs_with, wait_settled};
-use serde_json::{Value, json};
-use std::path::Path;
 use gavel::lists::{CompiledList, Entry, ListKind, ListsConfig, Matcher, ServedLists, canonical, digest};
 use gavel::rules::{InstancePool, RuleEngine, RuntimeLimits, snapshot_from_spec};
 use gavel_plugin_sdk::spec::SnapshotSpec;
+use serde_json::{Value, json};
 use std::hint::black_box;
 use std::net::IpAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -331,8 +331,9 @@ pub async fn b4_on_lists(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<F
         .await?;
     drop(on_lists);
     let stamped = item["decisions"].as_array().is_some_and(|ds| {
-        ds.iter()
-            .any(|d| d["plugin"] == "banned-terms" && d["verdict"] == "reject" && d["lists"][0]["name"] == "banned-terms")
+        ds.iter().any(|d| {
+            d["plugin"] == "banned-terms" && d["verdict"] == "reject" && d["lists"][0]["name"] == "banned-terms"
+        })
     });
     anyhow::ensure!(stamped, "banned-terms did not decide from its list: {item}");
     Ok(vec![

@@ -70,7 +70,9 @@ fn main() -> anyhow::Result<()> {
             // B1/B2 read criterion's files and B6 runs the coordinator in
             // this process; the rest measure a server (B14 its list matchers
             // in this process too).
-            let servers = ["B3", "B4", "B5", "B7", "B8", "B9", "B10", "B11", "B12", "B13", "B14", "B16"];
+            let servers = [
+                "B3", "B4", "B5", "B7", "B8", "B9", "B10", "B11", "B12", "B13", "B14", "B16",
+            ];
             anyhow::ensure!(
                 gavel.is_file() || !servers.iter().any(|id| wants(id)),
                 "{} not found: build it (cargo build --release -p gavel)",

@@ -359,22 +359,26 @@ pub async fn b3(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
     Ok(out)
 }
 
-/// Waits (up to 120 s) until the evaluation queue of the process at `url`
-/// is empty: every accepted item judged.
+/// Waits (up to 120 s) until the process at `url` has judged everything
+/// it accepted: its evaluation queue empty (claimed batches no longer
+/// count there) and no evaluation committed for half a second.
 async fn drained(http: &reqwest::Client, url: &str) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(120);
+    let mut last = committed(http, url).await?;
     loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
         let text = http.get(format!("{url}/metrics")).send().await?.text().await?;
         let depth = text
             .lines()
             .find_map(|l| l.strip_prefix("gavel_queue_depth "))
-            .and_then(|v| v.trim().parse::<f64>().ok());
-        match depth {
-            Some(d) if d == 0.0 => return Ok(()),
-            Some(_) => anyhow::ensure!(Instant::now() < deadline, "{url}: the evaluation queue did not drain"),
-            None => anyhow::bail!("{url}: no gavel_queue_depth in /metrics"),
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .ok_or_else(|| anyhow::anyhow!("{url}: no gavel_queue_depth in /metrics"))?;
+        let now = committed(http, url).await?;
+        if depth == 0.0 && now == last {
+            return Ok(());
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        anyhow::ensure!(Instant::now() < deadline, "{url}: the evaluation queue did not drain");
+        last = now;
     }
 }
 
