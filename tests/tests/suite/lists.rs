@@ -1109,7 +1109,10 @@ async fn the_examples_read_their_lists_and_fall_back_to_their_sidecar(setup: Set
         let body = json!({"kind": kind, "reason": "test", "entries": [{"value": value}]});
         let (status, body) = put(&s, &s.moderator, name, None, &body).await;
         assert_eq!(status, StatusCode::CREATED, "{body}");
-        digests.insert(name, (name.to_string(), 1, body["digest"].as_str().unwrap().to_string()));
+        digests.insert(
+            name,
+            (name.to_string(), 1, body["digest"].as_str().unwrap().to_string()),
+        );
     }
 
     // Now the lists alone decide: the sidecar's term and the built-in
