@@ -259,18 +259,7 @@ pub fn b14(quick: bool) -> Vec<Figure> {
 /// The example rules' shipped content (plugins/banned-terms.toml and
 /// link-spam's built-in shorteners), as a sidecar or as lists.
 const TERMS: [&str; 3] = ["scamcoin", "free money", "miracle cure"];
-const SHORTENERS: [&str; 10] = [
-    "bit.ly",
-    "tinyurl.com",
-    "t.co",
-    "goo.gl",
-    "ow.ly",
-    "is.gd",
-    "buff.ly",
-    "cutt.ly",
-    "rebrand.ly",
-    "shorturl.at",
-];
+const SHORTENERS: &[&str] = link_spam::DEFAULT_SHORTENERS;
 
 /// B14's end-to-end figure: B4's embedded run (a tenth of the items link
 /// spam through shorteners) with the examples reading their terms and
@@ -298,7 +287,7 @@ pub async fn b4_on_lists(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<F
     let http = reqwest::Client::new();
     for (name, kind, entries) in [
         ("banned-terms", "terms", &TERMS[..]),
-        ("url-shorteners", "domains", &SHORTENERS[..]),
+        ("url-shorteners", "domains", SHORTENERS),
     ] {
         let entries: Vec<_> = entries.iter().map(|e| json!({"value": e})).collect();
         let r = http

@@ -29,7 +29,7 @@ const DEFAULT_NEW_AUTHOR_MS: u64 = 7 * 24 * 3600 * 1000;
 const DEFAULT_LIST: &str = "url-shorteners";
 
 /// The shorteners used while the host has no list and config names none.
-const DEFAULT_SHORTENERS: &[&str] = &[
+pub const DEFAULT_SHORTENERS: &[&str] = &[
     "bit.ly",
     "tinyurl.com",
     "t.co",
