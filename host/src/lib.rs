@@ -105,6 +105,7 @@ pub async fn serve_with_metrics(
     let engine = Arc::new(
         rules::RuleEngine::new(config.limits.clone())?
             .with_cache(&config.data_dir.join("cache"))?
+            .with_compiler_process(config.compiler_process.clone())
             .with_lists(lists.clone()),
     );
     let pool = Arc::new(rules::EvaluationPool::new(config.evaluation.threads)?);

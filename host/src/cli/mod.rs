@@ -34,6 +34,8 @@ impl Cli {
             Command::Plugin(_) => "warn,plugin=info",
             // A backtest evaluates thousands of times: the rule's own lines would bury the summary.
             Command::Backtest(_) | Command::Replay(_) => "warn,plugin=off",
+            // A child compiler's output is read by its parent.
+            Command::CompileComponent { .. } => "error",
             _ => "info",
         }
     }
@@ -77,6 +79,17 @@ pub enum Command {
     /// Tools for development and demos.
     #[command(subcommand)]
     Dev(DevCommand),
+    /// Compile the component on standard input for `gavel serve`, which
+    /// runs it as a child process (not for direct use).
+    #[command(name = "compile-component", hide = true)]
+    CompileComponent {
+        /// The engine's wasm stack limit, which the compiler settings follow.
+        #[arg(long)]
+        max_wasm_stack: usize,
+        /// Where to write the compiled artifact.
+        #[arg(long)]
+        output: std::path::PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -144,7 +157,15 @@ pub(crate) fn parse_pair(s: &str) -> Result<(String, String), String> {
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve(flags) => {
-            let config = crate::config::Config::load(&flags)?;
+            let mut config = crate::config::Config::load(&flags)?;
+            // Components are compiled by this binary in a child process
+            // (`/proc/self/exe` is the running binary even once its file
+            // has been replaced by an upgrade).
+            config.compiler_process = Some(
+                Some(std::path::PathBuf::from("/proc/self/exe"))
+                    .filter(|p| p.exists())
+                    .map_or_else(std::env::current_exe, Ok)?,
+            );
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(async move {
                 let listener = tokio::net::TcpListener::bind(config.listen)
@@ -165,6 +186,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Deliveries { command, flags } => {
             let config = crate::config::Config::load(&flags)?;
             tokio::runtime::Runtime::new()?.block_on(run_deliveries(config, command))
+        }
+        Command::CompileComponent { max_wasm_stack, output } => {
+            crate::rules::compile_from_stdin(max_wasm_stack, &output)?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Secret => {
             println!("{}", crate::signing::Secret::generate());

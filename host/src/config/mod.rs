@@ -54,6 +54,11 @@ pub struct Config {
     pub tokens: Vec<TokenConfig>,
     /// Rule runtime limits (docs/ARCHITECTURE.md, "Limits").
     pub limits: RuntimeLimits,
+    /// The program that compiles components in a child process (`gavel
+    /// serve` sets it to its own binary); unset, they are compiled in this
+    /// process. Not read from the file.
+    #[serde(skip)]
+    pub compiler_process: Option<PathBuf>,
     pub ingest: IngestConfig,
     pub evaluation: EvaluationConfig,
     /// External classifiers rules may defer to (`[providers.NAME]`).
@@ -227,6 +232,7 @@ impl Default for Config {
             redis_partitions: 64,
             tokens: Vec::new(),
             limits: RuntimeLimits::default(),
+            compiler_process: None,
             ingest: IngestConfig::default(),
             evaluation: EvaluationConfig::default(),
             providers: BTreeMap::new(),

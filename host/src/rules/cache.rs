@@ -86,13 +86,39 @@ impl CompileCache {
     /// Writes an artifact (to a temporary file, then renamed: a file once
     /// in place never changes, so mapping it is safe); returns its path.
     fn store(&self, digest: &Digest, artifact: &[u8]) -> Result<PathBuf, String> {
-        let tmp = self
-            .dir
-            .join(format!(".{}.tmp-{}", digest.to_hex(), std::process::id()));
+        let tmp = self.temp_path(digest);
         let path = self.path(digest);
         std::fs::write(&tmp, artifact)
             .and_then(|_| std::fs::rename(&tmp, &path))
             .map_err(|e| e.to_string())?;
         Ok(path)
+    }
+
+    /// Where an artifact for `digest` is written before it is renamed into
+    /// place (by this process, or by a child compiler it started). Unique
+    /// per process and call, so concurrent compilations never share one.
+    pub(super) fn temp_path(&self, digest: &Digest) -> PathBuf {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        self.dir.join(format!(
+            ".{}.tmp-{}-{}",
+            digest.to_hex(),
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ))
+    }
+
+    /// Moves an artifact a child compiler wrote to `tmp` (with `engine`'s
+    /// settings) into place under `digest` and maps it from there.
+    pub(super) fn adopt_and_map(&self, engine: &Engine, digest: &Digest, tmp: &Path) -> Result<Component, String> {
+        let path = self.path(digest);
+        std::fs::rename(tmp, &path).map_err(|e| {
+            let _ = std::fs::remove_file(tmp);
+            format!("moving the compiled artifact into the cache: {e}")
+        })?;
+        // SAFETY: the file was just written by a child `gavel
+        // compile-component` with this engine's compiler settings, and moved
+        // into gavel's own data directory by rename (never changed in
+        // place); wasmtime checks version and configuration compatibility.
+        unsafe { Component::deserialize_file(engine, &path) }.map_err(|e| format!("{e:#}"))
     }
 }

@@ -12,6 +12,7 @@ mod bindings;
 pub mod breaker;
 mod cache;
 mod capture;
+mod compiler;
 pub mod contract;
 mod evaluation;
 mod limits;
@@ -25,6 +26,7 @@ mod watcher;
 pub use bindings::{AuthorStats, Event, Item, Snapshot, Standing};
 pub use breaker::{Admission, Breaker, BreakerChange, BreakerConfig};
 pub use cache::CompileCache;
+pub use compiler::compile_from_stdin;
 pub use evaluation::{Decision, Evaluation, HostError, ListUse, PluginStamp};
 pub use limits::{MEMORY_CEILING_BYTES, RuntimeLimits};
 pub use plugin::{LoadError, LoadErrorKind, LoadedPlugin, PluginInfo, valid_name};
@@ -57,6 +59,18 @@ const KEEP_RESIDENT_BYTES: usize = 1 << 20;
 
 /// Owns the engine, the linker and the epoch ticker. Clone-free: share it
 /// behind an `Arc`.
+/// The wasmtime configuration components are compiled with: the engine's
+/// own, without its instance pool. A child compiler
+/// ([`compile_from_stdin`]) builds the same from the same limit.
+fn compiler_config(stack_bytes: usize) -> Config {
+    let mut compiler = Config::new();
+    compiler
+        .wasm_component_model(true)
+        .epoch_interruption(true)
+        .max_wasm_stack(stack_bytes);
+    compiler
+}
+
 pub struct RuleEngine {
     engine: Engine,
     /// The engine's configuration without its instance pool: components are
@@ -67,6 +81,10 @@ pub struct RuleEngine {
     limits: RuntimeLimits,
     /// Compiled components by digest, when a data directory is configured.
     cache: Option<CompileCache>,
+    /// The program components are compiled in (a `gavel` binary, run as
+    /// `gavel compile-component`), when they are not compiled in this
+    /// process; see [`RuleEngine::with_compiler_process`].
+    compiler_process: Option<std::path::PathBuf>,
     /// The lists rules consult (`gavel:rules/lists`) unless an evaluation
     /// names its own source (a backtest's replay); none in the author's
     /// commands, where a lookup answers `unknown`.
@@ -110,11 +128,7 @@ impl RuleEngine {
             .decommit_batch_size(1)
             // Reset only the pages an evaluation dirtied (Linux 6.7+).
             .pagemap_scan(wasmtime::Enabled::Auto);
-        let mut compiler = Config::new();
-        compiler
-            .wasm_component_model(true)
-            .epoch_interruption(true)
-            .max_wasm_stack(limits.stack_bytes);
+        let compiler = compiler_config(limits.stack_bytes);
         let mut config = compiler.clone();
         config.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let engine = Engine::new(&config).map_err(|e| anyhow::anyhow!("wasmtime engine: {e:#}"))?;
@@ -131,6 +145,7 @@ impl RuleEngine {
             linker,
             limits,
             cache: None,
+            compiler_process: None,
             lists: None,
             ticker,
         })
@@ -140,6 +155,20 @@ impl RuleEngine {
     pub fn with_cache(mut self, dir: &std::path::Path) -> anyhow::Result<Self> {
         self.cache = Some(CompileCache::new(dir)?);
         Ok(self)
+    }
+
+    /// Compiles components in a child process, `program compile-component`
+    /// (the running `gavel` binary), instead of in this one; used with a
+    /// compilation cache, into which the child writes the artifact. What
+    /// the compiler allocates (hundreds of MiB for CPython or a JavaScript
+    /// engine, much of it kept by the allocator after it is freed) then
+    /// leaves with the child, a compiler that crashes or runs out of memory
+    /// takes only the child with it, and one past `compile_timeout` is
+    /// killed rather than left running. `gavel serve` uses it; the author's
+    /// commands, short-lived, compile in process.
+    pub fn with_compiler_process(mut self, program: Option<std::path::PathBuf>) -> Self {
+        self.compiler_process = program;
+        self
     }
 
     /// Answers rules' list lookups from `lists`.

@@ -214,7 +214,8 @@ impl RuleEngine {
         self.link(path, size, digest, component, started.elapsed(), from_cache)
     }
 
-    /// Compiles a component on an engine of its own (the same settings,
+    /// Compiles a component in a child process when the engine has one
+    /// ([`RuleEngine::with_compiler_process`]); else on an engine of its own (the same settings,
     /// without the instance pool) that is dropped afterwards: the compiler
     /// keeps its working buffers for reuse, sized by the largest functions
     /// it compiled (about 39 MiB after the Python example). The artifact goes to the compilation cache and is
@@ -223,6 +224,9 @@ impl RuleEngine {
     ///
     /// [`CompileCache::store_and_map`]: super::CompileCache::store_and_map
     fn compile(&self, digest: &Digest, bytes: &[u8]) -> Result<Component, LoadErrorKind> {
+        if let (Some(program), Some(cache)) = (&self.compiler_process, &self.cache) {
+            return self.compile_in_child(program, cache, digest, bytes);
+        }
         let compiled = wasmtime::Engine::new(&self.compiler).and_then(|compiler| compiler.precompile_component(bytes));
         let component = compiled.and_then(|artifact| match &self.cache {
             Some(cache) => cache.store_and_map(&self.engine, digest, &artifact),

@@ -540,3 +540,96 @@ gavel_tests::matrix!([embedded: Embedded]
     the_python_and_javascript_examples_serve_side_by_side,
 );
 gavel_tests::matrix!([everywhere_embedded: Embedded, everywhere_distributed: Distributed] hot_swaps_under_load_stamp_every_decision_with_loaded_code);
+
+/// `gavel serve` compiles components in a child process (its own binary's
+/// `compile-component`): a component loads and decides; the artifact is in
+/// the compilation cache, with no temporary file left, and a restart maps
+/// it instead of compiling; a file that does not compile is refused with
+/// the compiler's own error and the previous version keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_compiles_in_a_child_process_and_keeps_the_previous_version_when_it_fails() {
+    use gavel_tests::servers::GavelProcess;
+    let dir = tempfile::tempdir().unwrap();
+    let plugin_dir = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugin_dir).unwrap();
+    let original = std::fs::read(gavel_tests::guests::LINK_SPAM).unwrap();
+    std::fs::write(plugin_dir.join("link-spam.wasm"), &original).unwrap();
+    let (client, moderator) = (gavel::config::new_token(), gavel::config::new_token());
+    let config = format!(
+        "data_dir = \"{data}\"\nplugin_dir = \"{plugins}\"\n\
+         [[tokens]]\nname = \"web\"\ntoken = \"{client}\"\nrole = \"client\"\n\
+         [[tokens]]\nname = \"mod\"\ntoken = \"{moderator}\"\nrole = \"moderator\"\n",
+        data = dir.path().join("data").display(),
+        plugins = plugin_dir.display(),
+    );
+    let mut gavel = GavelProcess::start(dir.path(), "gavel", &config);
+    let (http, url) = (reqwest::Client::new(), gavel.url());
+    let list = async || -> Value {
+        http.get(format!("{url}/v1/plugins"))
+            .bearer_auth(&moderator)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    };
+    let loaded = plugin(&list().await, "link-spam").cloned().expect("link-spam loaded");
+    assert_eq!(loaded["from_cache"], false, "{loaded}");
+    assert!(gavel.log().contains("compiled in a child process"), "{}", gavel.log());
+    let digest = loaded["digest"].as_str().unwrap().to_string();
+    let cache: Vec<String> = std::fs::read_dir(dir.path().join("data").join("cache"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(cache, vec![format!("{digest}.cwasm")], "the artifact alone, no temporary file");
+
+    // It decides: four links are held.
+    let r = http
+        .post(format!("{url}/v1/items"))
+        .bearer_auth(&client)
+        .json(&json!({"kind": "post", "author": "c1", "text": "http://a.example http://b.example http://c.example http://d.example"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let id = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string();
+    eventually("the item is judged", Duration::from_secs(20), async || {
+        let item: Value = http
+            .get(format!("{url}/v1/items/{id}"))
+            .bearer_auth(&client)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        item["status"] == "held_for_review"
+    })
+    .await;
+
+    // Half a component: the child's compiler refuses it, by its own words.
+    deploy(&plugin_dir, "link-spam.wasm", &original[..original.len() / 2]);
+    eventually("the half file is refused", Duration::from_secs(30), async || {
+        list().await["failures"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["error"].as_str().unwrap().contains("does not compile"))
+    })
+    .await;
+    let after = list().await;
+    assert_eq!(plugin(&after, "link-spam").unwrap()["digest"], digest.as_str());
+    let failure = after["failures"][0]["error"].as_str().unwrap();
+    assert!(!failure.contains("compiler process"), "the compiler's own error, not how the child ended: {failure}");
+
+    // A restart maps the cached artifact; no child compiles it again.
+    std::fs::write(plugin_dir.join("link-spam.wasm"), &original).unwrap();
+    gavel.kill();
+    let compiled_before = gavel.log().matches("compiled in a child process").count();
+    gavel.restart();
+    let reloaded = plugin(&list().await, "link-spam").cloned().expect("link-spam loaded");
+    assert_eq!(reloaded["from_cache"], true, "{reloaded}");
+    assert_eq!(reloaded["digest"], digest.as_str());
+    assert_eq!(gavel.log().matches("compiled in a child process").count(), compiled_before);
+}
