@@ -54,7 +54,7 @@ fn shortened(snapshot: &Snapshot, hosts: &[String]) -> Result<usize, String> {
                 let shorteners = snapshot.config_list("shorteners", DEFAULT_SHORTENERS);
                 return Ok(hosts
                     .iter()
-                    .filter(|h| shorteners.iter().any(|s| *h == s || h.ends_with(&format!(".{s}"))))
+                    .filter(|h| shorteners.iter().any(|s| same_or_subdomain(h, s)))
                     .count());
             }
             Err(ListError::WrongKind(kind)) => return Err(format!("list `{list}` holds {kind}, not domains")),
@@ -66,8 +66,22 @@ fn shortened(snapshot: &Snapshot, hosts: &[String]) -> Result<usize, String> {
 }
 
 /// The host part of every link in `text` (lowercased, without `www.`).
+/// Whether `host` is `domain` or one of its subdomains.
+fn same_or_subdomain(host: &str, domain: &str) -> bool {
+    host.strip_suffix(domain)
+        .is_some_and(|rest| rest.is_empty() || rest.ends_with('.'))
+}
+
 fn link_hosts(text: &str) -> Vec<String> {
+    // Words that cannot start a link are skipped before anything is
+    // allocated for them (most words of most posts).
+    let may_be_link = |token: &str| {
+        token
+            .get(..4)
+            .is_some_and(|p| p.eq_ignore_ascii_case("http") || p.eq_ignore_ascii_case("www."))
+    };
     text.split(|c: char| c.is_whitespace() || matches!(c, '<' | '>' | '"' | '(' | ')' | '[' | ']'))
+        .filter(|token| may_be_link(token))
         .filter_map(|token| {
             let lower = token.to_ascii_lowercase();
             let rest = lower
@@ -85,7 +99,7 @@ impl Rule for LinkSpam {
     fn info() -> PluginInfo {
         PluginInfo::new(
             "link-spam",
-            "1.2.0",
+            "1.2.1",
             "Too many links, or links hidden behind URL shorteners",
         )
     }
@@ -157,6 +171,14 @@ mod tests {
             vec!["example.com", "bit.ly", "foo.org"]
         );
         assert!(link_hosts("no links here, just https:// nothing").is_empty());
+    }
+
+    #[test]
+    fn a_shortener_matches_itself_and_its_subdomains_only() {
+        assert!(same_or_subdomain("bit.ly", "bit.ly"));
+        assert!(same_or_subdomain("m.bit.ly", "bit.ly"));
+        assert!(!same_or_subdomain("notbit.ly", "bit.ly"));
+        assert!(!same_or_subdomain("bit.ly.example", "bit.ly"));
     }
 
     #[test]

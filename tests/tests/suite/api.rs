@@ -33,7 +33,7 @@ async fn submitted_items_settle_with_stamped_decisions(setup: Setup) {
     assert_eq!(all.len(), 5, "and one sync-phase decision (banned-terms): {all:#?}");
     let link_spam = decisions.iter().find(|d| d["plugin"] == "link-spam").unwrap();
     assert_eq!(link_spam["verdict"], "hold");
-    assert_eq!(link_spam["plugin_version"], "1.2.0");
+    assert_eq!(link_spam["plugin_version"], "1.2.1");
     let digest = gavel::domain::Digest::of(&std::fs::read(gavel_tests::guests::LINK_SPAM).unwrap()).to_hex();
     assert_eq!(link_spam["plugin_digest"], digest);
     assert_eq!(link_spam["applied"], true);

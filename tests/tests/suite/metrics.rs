@@ -119,7 +119,7 @@ async fn metrics_move_with_the_workload(setup: Setup) {
     assert!(
         get(
             &m,
-            "gavel_rule_evaluations_total{outcome=ok,plugin=link-spam,version=1.2.0}"
+            "gavel_rule_evaluations_total{outcome=ok,plugin=link-spam,version=1.2.1}"
         ) >= 1.0,
         "{m:#?}"
     );
@@ -135,7 +135,7 @@ async fn metrics_move_with_the_workload(setup: Setup) {
     assert_eq!(r.status(), 200);
     let m = scrape(&s).await;
     assert_eq!(
-        get(&m, "gavel_reversals_total{plugin=link-spam,version=1.2.0}"),
+        get(&m, "gavel_reversals_total{plugin=link-spam,version=1.2.1}"),
         1.0,
         "{m:#?}"
     );
