@@ -1167,8 +1167,15 @@ fn mapped_kib(pid: u32, dir: &Path) -> anyhow::Result<f64> {
             if inside {
                 kib += rss.trim().trim_end_matches("kB").trim().parse::<f64>().unwrap_or(0.0);
             }
-        } else if line.split_whitespace().next().is_some_and(|f| f.contains('-') && !f.ends_with(':')) {
-            inside = line.split_whitespace().nth(5).is_some_and(|p| p.starts_with(dir.as_ref()));
+        } else if line
+            .split_whitespace()
+            .next()
+            .is_some_and(|f| f.contains('-') && !f.ends_with(':'))
+        {
+            inside = line
+                .split_whitespace()
+                .nth(5)
+                .is_some_and(|p| p.starts_with(dir.as_ref()));
         }
     }
     Ok(kib)
@@ -1209,13 +1216,18 @@ async fn language_memory(gavel_bin: &Path) -> anyhow::Result<Vec<Figure>> {
         let (runtime, runtime_first) = (last - twin_last, first - twin_first);
         let flat = (runtime - runtime_first) <= 4.0;
         figures.push(
-            Figure::new("B8", format!("RSS added by loading the {language} example"), mib(run.loaded - run.idle), "MiB")
-                .goal("≤ 48 MiB", mib(run.loaded - run.idle) <= 48.0)
-                .note(format!(
-                    "{name} alone, first load (compiled in a child process): idle {:.1} MiB → {:.1} MiB",
-                    mib(run.idle),
-                    mib(run.loaded)
-                )),
+            Figure::new(
+                "B8",
+                format!("RSS added by loading the {language} example"),
+                mib(run.loaded - run.idle),
+                "MiB",
+            )
+            .goal("≤ 48 MiB", mib(run.loaded - run.idle) <= 48.0)
+            .note(format!(
+                "{name} alone, first load (compiled in a child process): idle {:.1} MiB → {:.1} MiB",
+                mib(run.idle),
+                mib(run.loaded)
+            )),
         );
         figures.push(
             Figure::new(

@@ -58,32 +58,55 @@ impl RuleEngine {
     /// and maps the artifact. The child is killed once it has run for the
     /// limits' `compile_timeout`; a child that fails, is killed or crashes
     /// is a compile error of this load, and the previous version of the
-    /// plugin (if any) stays.
+    /// plugin (if any) stays. `None` when no child could be started (the
+    /// caller then compiles in process).
     pub(super) fn compile_in_child(
         &self,
         program: &Path,
         cache: &CompileCache,
         digest: &Digest,
         bytes: &[u8],
-    ) -> Result<Component, LoadErrorKind> {
+    ) -> Option<Result<Component, LoadErrorKind>> {
         let tmp = cache.temp_path(digest);
         let started = Instant::now();
-        let compiled = run_child(program, self.limits.stack_bytes, &tmp, bytes, self.limits.compile_timeout);
-        let peak_kib = compiled.map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            LoadErrorKind::Compile(e)
-        })?;
-        let component = cache
-            .adopt_and_map(&self.engine, digest, &tmp)
-            .map_err(LoadErrorKind::Compile)?;
+        let peak_kib = match run_child(
+            program,
+            self.limits.stack_bytes,
+            &tmp,
+            bytes,
+            self.limits.compile_timeout,
+        ) {
+            Ok(peak) => peak,
+            Err(Child::NotStarted(e)) => {
+                tracing::warn!(program = %program.display(), error = %e, "cannot start a child compiler; compiling in this process");
+                return None;
+            }
+            Err(Child::Failed(e)) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Some(Err(LoadErrorKind::Compile(e)));
+            }
+        };
+        let component = match cache.adopt_and_map(&self.engine, digest, &tmp) {
+            Ok(component) => component,
+            Err(e) => return Some(Err(LoadErrorKind::Compile(e))),
+        };
         tracing::info!(
             digest = %digest,
             seconds = started.elapsed().as_secs_f64(),
             peak_rss_mib = peak_kib.map(|k| k / 1024),
             "compiled in a child process"
         );
-        Ok(component)
+        Some(Ok(component))
     }
+}
+
+/// Why a child compiler did not produce an artifact.
+enum Child {
+    /// It could not be started (the program is gone, or the system is out
+    /// of processes or memory): nothing was compiled.
+    NotStarted(String),
+    /// It ran and failed, was killed, or timed out.
+    Failed(String),
 }
 
 /// Runs one child compiler to its end: `Ok` with its reported peak memory
@@ -94,7 +117,7 @@ fn run_child(
     output: &Path,
     bytes: &[u8],
     timeout: Duration,
-) -> Result<Option<u64>, String> {
+) -> Result<Option<u64>, Child> {
     let mut child = Command::new(program)
         .arg(SUBCOMMAND)
         .arg("--max-wasm-stack")
@@ -105,7 +128,7 @@ fn run_child(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot start the compiler process {}: {e}", program.display()))?;
+        .map_err(|e| Child::NotStarted(e.to_string()))?;
     // Read on threads of their own, so a child writing more than a pipe
     // holds never blocks on it.
     let stdout = drain(child.stdout.take());
@@ -115,12 +138,14 @@ fn run_child(
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(bytes);
     }
-    let status = wait_until(&mut child, Instant::now() + timeout).map_err(|e| match e {
-        Waited::TimedOut => format!(
-            "compilation took longer than {} ms; the compiler process was stopped",
-            timeout.as_millis()
-        ),
-        Waited::Failed(e) => format!("waiting for the compiler process: {e}"),
+    let status = wait_until(&mut child, Instant::now() + timeout).map_err(|e| {
+        Child::Failed(match e {
+            Waited::TimedOut => format!(
+                "compilation took longer than {} ms; the compiler process was stopped",
+                timeout.as_millis()
+            ),
+            Waited::Failed(e) => format!("waiting for the compiler process: {e}"),
+        })
     })?;
     let (stdout, stderr) = (stdout.join().unwrap_or_default(), stderr.join().unwrap_or_default());
     if status.success() {
@@ -130,7 +155,7 @@ fn run_child(
             .and_then(|v| v.trim().parse().ok());
         return Ok(peak);
     }
-    Err(failure(status, &stderr))
+    Err(Child::Failed(failure(status, &stderr)))
 }
 
 enum Waited {

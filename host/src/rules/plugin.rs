@@ -224,8 +224,10 @@ impl RuleEngine {
     ///
     /// [`CompileCache::store_and_map`]: super::CompileCache::store_and_map
     fn compile(&self, digest: &Digest, bytes: &[u8]) -> Result<Component, LoadErrorKind> {
-        if let (Some(program), Some(cache)) = (&self.compiler_process, &self.cache) {
-            return self.compile_in_child(program, cache, digest, bytes);
+        if let (Some(program), Some(cache)) = (&self.compiler_process, &self.cache)
+            && let Some(compiled) = self.compile_in_child(program, cache, digest, bytes)
+        {
+            return compiled;
         }
         let compiled = wasmtime::Engine::new(&self.compiler).and_then(|compiler| compiler.precompile_component(bytes));
         let component = compiled.and_then(|artifact| match &self.cache {

@@ -582,7 +582,11 @@ async fn serve_compiles_in_a_child_process_and_keeps_the_previous_version_when_i
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(cache, vec![format!("{digest}.cwasm")], "the artifact alone, no temporary file");
+    assert_eq!(
+        cache,
+        vec![format!("{digest}.cwasm")],
+        "the artifact alone, no temporary file"
+    );
 
     // It decides: four links are held.
     let r = http
@@ -621,7 +625,10 @@ async fn serve_compiles_in_a_child_process_and_keeps_the_previous_version_when_i
     let after = list().await;
     assert_eq!(plugin(&after, "link-spam").unwrap()["digest"], digest.as_str());
     let failure = after["failures"][0]["error"].as_str().unwrap();
-    assert!(!failure.contains("compiler process"), "the compiler's own error, not how the child ended: {failure}");
+    assert!(
+        !failure.contains("compiler process"),
+        "the compiler's own error, not how the child ended: {failure}"
+    );
 
     // A restart maps the cached artifact; no child compiles it again.
     std::fs::write(plugin_dir.join("link-spam.wasm"), &original).unwrap();
@@ -631,5 +638,8 @@ async fn serve_compiles_in_a_child_process_and_keeps_the_previous_version_when_i
     let reloaded = plugin(&list().await, "link-spam").cloned().expect("link-spam loaded");
     assert_eq!(reloaded["from_cache"], true, "{reloaded}");
     assert_eq!(reloaded["digest"], digest.as_str());
-    assert_eq!(gavel.log().matches("compiled in a child process").count(), compiled_before);
+    assert_eq!(
+        gavel.log().matches("compiled in a child process").count(),
+        compiled_before
+    );
 }

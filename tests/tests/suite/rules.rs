@@ -172,6 +172,38 @@ fn a_compiled_component_runs_mapped_from_its_cache_file() {
     assert_eq!(e.outcome, Outcome::Ok, "{:?}", e.error);
 }
 
+/// An engine told to compile in a child process compiles with the real
+/// `gavel` binary, and in this process when the child cannot be started
+/// (the program is gone): the component loads and runs either way, its
+/// artifact in the cache, with no temporary file left.
+#[test]
+fn a_child_compiler_that_cannot_start_leaves_the_compilation_to_this_process() {
+    for program in [
+        gavel_tests::servers::gavel_binary(),
+        std::path::PathBuf::from("/nonexistent/gavel"),
+    ] {
+        let cache = tempfile::tempdir().unwrap();
+        let engine = engine()
+            .with_cache(cache.path())
+            .unwrap()
+            .with_compiler_process(Some(program.clone()));
+        let plugin = load(&engine, guests::LINK_SPAM);
+        assert!(!plugin.from_cache, "{}", program.display());
+        let files: Vec<String> = std::fs::read_dir(cache.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            files,
+            vec![format!("{}.cwasm", plugin.stamp.digest.to_hex())],
+            "{}",
+            program.display()
+        );
+        let e = run(&engine, &plugin, &snapshot("see https://a.example", &[]));
+        assert_eq!(e.outcome, Outcome::Ok, "{}: {:?}", program.display(), e.error);
+    }
+}
+
 #[test]
 fn a_secret_left_in_memory_is_not_visible_to_the_next_evaluation() {
     let engine = shared_engine();
