@@ -1111,8 +1111,8 @@ struct MemoryRun {
     loaded: f64,
     /// RSS after 1,000 and after `LANGUAGE_EVALUATIONS` items, KiB.
     after: [f64; 2],
-    /// Of which pages of the database files (SQLite reads through mmap), KiB.
-    database: [f64; 2],
+    /// Of the last, pages of the database files (SQLite reads through mmap), KiB.
+    database: f64,
 }
 
 impl MemoryRun {
@@ -1132,7 +1132,7 @@ async fn memory_run(gavel_bin: &Path, name: &str, wasm: &str) -> anyhow::Result<
     tokio::time::sleep(Duration::from_millis(500)).await;
     let loaded = rss_kib(gavel.pid())?;
     let http = reqwest::Client::new();
-    let (mut after, mut database) = ([0.0; 2], [0.0; 2]);
+    let mut after = [0.0; 2];
     for (i, n) in [1_000, LANGUAGE_EVALUATIONS - 1_000].into_iter().enumerate() {
         let before = committed(&http, &gavel.url).await?;
         seed_items(&http, &gavel.url, n, |tag, i| {
@@ -1147,8 +1147,8 @@ async fn memory_run(gavel_bin: &Path, name: &str, wasm: &str) -> anyhow::Result<
         settle(&http, &gavel, before + n as u64).await?;
         tokio::time::sleep(Duration::from_millis(500)).await;
         after[i] = rss_kib(gavel.pid())?;
-        database[i] = mapped_kib(gavel.pid(), &gavel.dir.join("data"))?;
     }
+    let database = mapped_kib(gavel.pid(), &gavel.dir.join("data"))?;
     Ok(MemoryRun {
         idle,
         loaded,
@@ -1203,7 +1203,7 @@ async fn language_memory(gavel_bin: &Path) -> anyhow::Result<Vec<Figure>> {
         )
         .note(format!(
             "beyond the loaded idle process: {twin_first:.1} MiB after 1,000; of the last, {:.1} MiB are pages of the database files (read through mmap)",
-            mib(twin.database[1])
+            mib(twin.database)
         )),
     ];
     for (language, name, wasm) in [
@@ -1241,7 +1241,7 @@ async fn language_memory(gavel_bin: &Path) -> anyhow::Result<Vec<Figure>> {
                 "beyond the loaded idle process {first:.1} MiB after 1,000 and {last:.1} MiB after {LANGUAGE_EVALUATIONS} \
                  ({:.1} MiB of them database pages), the Rust twin {twin_first:.1} and {twin_last:.1} MiB: the runtime's share \
                  {runtime_first:.1} then {runtime:.1} MiB (flat: ≤ 4 MiB more)",
-                mib(run.database[1])
+                mib(run.database)
             )),
         );
     }

@@ -138,15 +138,7 @@ fn run_child(
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(bytes);
     }
-    let status = wait_until(&mut child, Instant::now() + timeout).map_err(|e| {
-        Child::Failed(match e {
-            Waited::TimedOut => format!(
-                "compilation took longer than {} ms; the compiler process was stopped",
-                timeout.as_millis()
-            ),
-            Waited::Failed(e) => format!("waiting for the compiler process: {e}"),
-        })
-    })?;
+    let status = wait_until(&mut child, timeout).map_err(Child::Failed)?;
     let (stdout, stderr) = (stdout.join().unwrap_or_default(), stderr.join().unwrap_or_default());
     if status.success() {
         let peak = stdout
@@ -158,22 +150,23 @@ fn run_child(
     Err(Child::Failed(failure(status, &stderr)))
 }
 
-enum Waited {
-    TimedOut,
-    Failed(std::io::Error),
-}
-
-/// Waits for `child` to exit, killing it at `deadline`.
-fn wait_until(child: &mut std::process::Child, deadline: Instant) -> Result<ExitStatus, Waited> {
+/// Waits for `child` to exit, killing it once it has run for `timeout`.
+fn wait_until(child: &mut std::process::Child, timeout: Duration) -> Result<ExitStatus, String> {
+    let deadline = Instant::now() + timeout;
     let mut pause = Duration::from_millis(1);
     loop {
-        if let Some(status) = child.try_wait().map_err(Waited::Failed)? {
-            return Ok(status);
+        match child.try_wait() {
+            Ok(Some(status)) => return Ok(status),
+            Ok(None) => {}
+            Err(e) => return Err(format!("waiting for the compiler process: {e}")),
         }
         if Instant::now() >= deadline {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(Waited::TimedOut);
+            return Err(format!(
+                "compilation took longer than {} ms; the compiler process was stopped",
+                timeout.as_millis()
+            ));
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(25));

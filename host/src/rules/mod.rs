@@ -57,8 +57,6 @@ use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConf
 /// 256 KiB, and 1 MiB with the scan another 0.85× for link-spam.
 const KEEP_RESIDENT_BYTES: usize = 1 << 20;
 
-/// Owns the engine, the linker and the epoch ticker. Clone-free: share it
-/// behind an `Arc`.
 /// The wasmtime configuration components are compiled with: the engine's
 /// own, without its instance pool. A child compiler
 /// ([`compile_from_stdin`]) builds the same from the same limit.
@@ -71,6 +69,8 @@ fn compiler_config(stack_bytes: usize) -> Config {
     compiler
 }
 
+/// Owns the engine, the linker and the epoch ticker. Clone-free: share it
+/// behind an `Arc`.
 pub struct RuleEngine {
     engine: Engine,
     /// The engine's configuration without its instance pool: components are
