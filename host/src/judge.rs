@@ -8,8 +8,8 @@ use crate::domain::standing::StandingPolicy;
 use crate::domain::{Mode, Outcome, Phase, Verdict};
 use crate::metrics::Metrics;
 use crate::rules::{
-    Admission, AuthorStats, Evaluation, Event, HostError, Item, RegisteredPlugin, Registry, Snapshot, Standing,
-    fit_snapshot,
+    Admission, AuthorStats, Evaluation, Event, HostError, Item, RegisteredPlugin, Registry, SignalValues, Snapshot,
+    Standing, fit_snapshot,
 };
 use crate::store::{DecisionInputs, InputDoc, InputKind, NewDecision, SnapshotData};
 use std::collections::HashMap;
@@ -205,10 +205,12 @@ fn observe(registry: &Registry, p: &RegisteredPlugin, e: &Evaluation, admission:
 }
 
 /// The stored form of a snapshot: its canonical JSON without the config
-/// (which each decision names separately), compressed and named.
-pub fn snapshot_doc(snapshot: &Snapshot) -> InputDoc {
+/// (which each decision names separately), with the item's signal values,
+/// compressed and named.
+pub fn snapshot_doc(snapshot: &Snapshot, signals: &SignalValues) -> InputDoc {
     let mut spec = crate::rules::spec_from_snapshot(snapshot);
     spec.config.clear();
+    spec.signals.clone_from(signals);
     InputDoc::new(
         InputKind::Snapshot,
         &serde_json::to_vec(&spec).expect("a snapshot serializes"),
@@ -237,7 +239,8 @@ pub fn config_doc(config: &[(String, String)]) -> Arc<InputDoc> {
 }
 
 /// Runs every enabled plugin of `phase` its breaker admits on `snapshot`
-/// (each with its own config and limits) and combines their verdicts. A
+/// (each with its own config and limits, and the values of the signals it
+/// declares out of `signals`) and combines their verdicts. A
 /// host-side failure of any plugin fails the whole judgement (a rule is
 /// never skipped because the host was overloaded). With `keep_inputs`, the
 /// judgement carries the stored form of what each plugin judged. Blocking:
@@ -245,6 +248,7 @@ pub fn config_doc(config: &[(String, String)]) -> Arc<InputDoc> {
 pub fn judge(
     registry: &Registry,
     snapshot: &mut Snapshot,
+    signals: &SignalValues,
     phase: Phase,
     fail_closed: bool,
     keep_inputs: bool,
@@ -263,7 +267,8 @@ pub fn judge(
         }
         snapshot.config.clone_from(&p.config);
         let span = tracing::debug_span!("rule.evaluate", plugin = %p.plugin.info.name, plugin_version = %p.plugin.info.version, item = %snapshot.item.id);
-        let e = span.in_scope(|| p.evaluate(engine, snapshot, phase))?;
+        let own = p.signal_values(signals);
+        let e = span.in_scope(|| p.evaluate(engine, snapshot, phase, own.as_ref()))?;
         observe(registry, p, &e, admission, metrics);
         evaluations.push((p.clone(), e));
     }
@@ -282,7 +287,7 @@ pub fn judge(
         .then(|| enforcing().find_map(|(_, e)| e.decision.as_ref().and_then(|d| d.provider.clone())))
         .flatten();
     let inputs = if keep_inputs && !evaluations.is_empty() {
-        let snapshot_doc = Arc::new(snapshot_doc(snapshot));
+        let snapshot_doc = Arc::new(snapshot_doc(snapshot, signals));
         evaluations
             .iter()
             .map(|(p, _)| DecisionInputs {

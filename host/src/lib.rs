@@ -26,6 +26,8 @@
 //! - [`coordinator`]: the debounce queue and leases (embedded or Redis).
 //! - [`rules`]: the rule runtime — engine, loading, registry, breakers,
 //!   evaluation threads, sandboxed evaluation.
+//! - [`signals`]: entity signals rules declare, counted once per item and
+//!   rebuilt from the record.
 //! - [`store`]: the source of truth (SQLite or PostgreSQL), one small trait
 //!   per capability, conditional writes.
 //! - [`config`]: layered configuration and API tokens.
@@ -59,6 +61,7 @@ pub mod providers;
 pub mod retry;
 pub mod rules;
 pub mod secrets;
+pub mod signals;
 pub mod signing;
 pub mod store;
 pub mod telemetry;
@@ -123,6 +126,10 @@ pub async fn serve_with_metrics(
     let writes = store::Writes::start(store.clone(), &metrics);
     let evaluation = Arc::new(config.evaluation.clone());
     let scheduler = worker::Scheduler::new(coordinator.clone(), evaluation.clone());
+    // Entity signals the plugins declare, rebuilt from stored items now.
+    let signals = signals::Signals::new(registry.clone(), store.clone(), config.signals.clone(), metrics.clone());
+    signals.specs();
+    tasks.spawn(signals.clone().sweep_loop(cancel.clone()));
 
     let worker = worker::Worker::new(worker::WorkerParts {
         store: store.clone(),
@@ -134,6 +141,7 @@ pub async fn serve_with_metrics(
         ingest: config.ingest.clone(),
         providers: config.providers.clone(),
         standing: Arc::new(config.standing.clone()),
+        signals: signals.clone(),
         metrics: metrics.clone(),
     });
     tasks.spawn(worker.clone().sample_queue(cancel.clone()));
@@ -161,6 +169,7 @@ pub async fn serve_with_metrics(
         tokens: api::Tokens::new(&config.tokens),
         keyring,
         lists,
+        signals,
     });
     let app = if config.role.serves_api() {
         tasks.spawn(forget_idle_authors(state.author_limiter.clone(), cancel.clone()));

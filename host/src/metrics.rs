@@ -67,6 +67,12 @@ pub struct ListLabel {
     pub list: String,
 }
 
+/// `signal` label: an entity signal's name.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SignalLabel {
+    pub signal: String,
+}
+
 /// `table` label (retention).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TableLabel {
@@ -191,6 +197,12 @@ metrics! {
     retention_removed: Family<TableLabel, Counter> => "retention_removed_rows", "Rows deleted by retention, by table";
     /// The version of each list this process serves (`/v1/lists` shows it too).
     list_version: Family<ListLabel, Gauge> => "list_version", "Version of each list this process serves";
+    /// Keys each entity signal holds counts for in this process (embedded counts).
+    signal_keys: Family<SignalLabel, Gauge> => "signal_keys", "Keys each entity signal holds counts for";
+    /// Estimated bytes the counts of all entity signals take in this process.
+    signal_memory_bytes: Gauge => "signal_memory_bytes", "Estimated bytes of entity signal counts";
+    /// Keys dropped before their window ended because a bound was reached.
+    signal_evictions: Family<SignalLabel, Counter> => "signal_evictions", "Signal keys dropped early at a bound";
 }
 
 impl Default for Metrics {

@@ -151,6 +151,8 @@ pub struct WorkerParts {
     pub providers: BTreeMap<String, ProviderConfig>,
     /// Author standing: recomputed when an author's key is claimed.
     pub standing: Arc<StandingPolicy>,
+    /// Entity signals: snapshots carry their values.
+    pub signals: Arc<crate::signals::Signals>,
     pub metrics: Arc<Metrics>,
 }
 
@@ -555,7 +557,10 @@ impl Worker {
         let by_id: HashMap<String, SnapshotData> = snapshots
             .into_iter()
             .filter(|d| d.item.needs_eval_since.is_some())
-            .map(|d| (d.item.id.clone(), d))
+            .map(|mut d| {
+                d.signals = p.signals.values_of(&d.item, now);
+                (d.item.id.clone(), d)
+            })
             .collect();
         let (mut settled, commits) = self.judge_all(ids, by_id).await;
         if !commits.is_empty() {
@@ -591,7 +596,15 @@ impl Worker {
                         let _enter = span.enter();
                         let max = registry.engine().limits().max_snapshot_bytes;
                         let mut snapshot = snapshot_of(&data, Phase::Async, now, max);
-                        let judgement = judge(&registry, &mut snapshot, Phase::Async, fail_closed, keep, &metrics);
+                        let judgement = judge(
+                            &registry,
+                            &mut snapshot,
+                            &data.signals,
+                            Phase::Async,
+                            fail_closed,
+                            keep,
+                            &metrics,
+                        );
                         (i, judgement.map(|j| (data, j)))
                     })
                     .collect::<Vec<_>>()

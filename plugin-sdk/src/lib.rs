@@ -55,6 +55,8 @@
 //! - [`lists`]: the lists moderators edit at runtime, consulted through
 //!   the host (`find_terms`, `match_patterns`, `match_domain`, `contains`,
 //!   `in_cidrs`).
+//! - [`signals`]: entity signals the rule's sidecar declares (counts across
+//!   items by link domain, IP, author, ...), as of the snapshot.
 //! - [`text`] (feature `text`): the word folding whole-word matching uses,
 //!   shared by the host's `terms` lists and the banned-terms example.
 //! - [`testing`] (native targets only): the test harness; with feature
@@ -77,6 +79,7 @@ pub mod bindings {
 mod helpers;
 pub mod lists;
 pub mod log;
+pub mod signals;
 #[cfg(feature = "spec")]
 pub mod spec;
 #[cfg(not(target_arch = "wasm32"))]

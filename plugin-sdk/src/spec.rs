@@ -26,6 +26,12 @@ pub struct SnapshotSpec {
     /// `"sync"` or `"async"` (default).
     pub phase: String,
     pub now_ms: u64,
+    /// The values of the item's entity signals as of the snapshot, by
+    /// signal name, then key (what `signals::values` answers). Stored
+    /// snapshots carry the signals their rules declared; left out of the
+    /// JSON when empty.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub signals: BTreeMap<String, BTreeMap<String, u64>>,
 }
 
 impl Default for SnapshotSpec {
@@ -39,6 +45,7 @@ impl Default for SnapshotSpec {
             config: BTreeMap::new(),
             phase: "async".to_string(),
             now_ms: 0,
+            signals: BTreeMap::new(),
         }
     }
 }

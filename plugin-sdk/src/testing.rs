@@ -33,6 +33,7 @@ pub fn take_logs() -> Vec<(Level, String)> {
 #[derive(Debug, Clone)]
 pub struct SnapshotBuilder {
     snapshot: Snapshot,
+    signals: crate::signals::native::Values,
 }
 
 impl Default for SnapshotBuilder {
@@ -74,6 +75,7 @@ impl SnapshotBuilder {
                 phase: Phase::Async,
                 now_ms: 0,
             },
+            signals: Default::default(),
         }
     }
 
@@ -157,7 +159,26 @@ impl SnapshotBuilder {
         self
     }
 
+    /// Signal `name` has `value` for the item's key `key` (a test may give
+    /// a signal with no keys by `signal_keys(name, &[])`).
+    pub fn signal(mut self, name: &str, key: &str, value: u64) -> Self {
+        self.signals.entry(name.into()).or_default().insert(key.into(), value);
+        self
+    }
+
+    /// Signal `name` with these `(key, value)` pairs (none: declared, but
+    /// the item has no key for it).
+    pub fn signal_keys(mut self, name: &str, keys: &[(&str, u64)]) -> Self {
+        let entry = self.signals.entry(name.into()).or_default();
+        entry.extend(keys.iter().map(|(k, v)| (k.to_string(), *v)));
+        self
+    }
+
+    /// The snapshot; the builder's signals become what
+    /// [`crate::signals::values`] answers on this thread (none given: every
+    /// signal is undeclared).
     pub fn build(self) -> Snapshot {
+        crate::signals::native::set(self.signals);
         self.snapshot
     }
 }
@@ -240,6 +261,7 @@ mod cases {
             .iter()
             .filter_map(|case| {
                 let snapshot = Snapshot::from(&case.snapshot);
+                crate::signals::native::set(case.snapshot.signals.clone());
                 let result = match R::evaluate(&snapshot) {
                     Ok(d) => case.expect.check(d.verdict.as_str(), &d.labels, d.provider.as_deref()),
                     Err(e) => Err(format!("rule returned an error: {e}")),

@@ -17,6 +17,7 @@ mod lists;
 mod moderation;
 mod providers;
 mod schema;
+mod signals;
 mod submit;
 mod system;
 mod validate;
@@ -77,6 +78,8 @@ pub struct AppState {
     pub keyring: Arc<crate::secrets::Keyring>,
     /// The compiled version of every list this process serves.
     pub lists: Arc<crate::lists::ServedLists>,
+    /// Entity signals: items are added as they are created.
+    pub signals: Arc<crate::signals::Signals>,
 }
 
 /// The parts an [`AppState`] is made of.
@@ -91,6 +94,7 @@ pub struct StateParts {
     pub tokens: Tokens,
     pub keyring: Arc<crate::secrets::Keyring>,
     pub lists: Arc<crate::lists::ServedLists>,
+    pub signals: Arc<crate::signals::Signals>,
 }
 
 impl AppState {
@@ -117,6 +121,7 @@ impl AppState {
             keyring: p.keyring,
             backtests: Arc::new(backtests::Runner::default()),
             lists: p.lists,
+            signals: p.signals,
         }
     }
 }
@@ -297,6 +302,8 @@ fn routes() -> Routes {
         Moderator,
         get(system::plugin_history),
     )
+    .add(Method::GET, "/v1/signals", Moderator, get(signals::list))
+    .add(Method::GET, "/v1/signals/{name}", Moderator, get(signals::get_one))
     .add(Method::GET, "/healthz", Public, get(system::healthz))
     .add(Method::GET, "/readyz", Public, get(system::readyz))
     .add(Method::GET, "/metrics", Public, get(system::metrics))
@@ -320,6 +327,7 @@ pub fn route_table() -> Vec<RouteInfo> {
         backtests::replay_item, backtests::start, backtests::list, backtests::get_one, backtests::cancel,
         backtests::report_html, exports::export,
         lists::list_all, lists::get_list, lists::replace, lists::patch, lists::versions, lists::get_version, lists::compare,
+        signals::list, signals::get_one,
         system::plugins, system::plugin_history, system::healthz, system::readyz, system::metrics, system::openapi,
     ),
     components(schemas(ErrorBody)),

@@ -216,16 +216,34 @@ async fn sync_rules(state: &AppState, items: Vec<NewItem>) -> Vec<SyncOutcome> {
         state.config.evaluation.store_snapshots,
     );
     let start_by = std::time::Instant::now() + registry.engine().limits().sync_deadline;
+    // The sync phase reads the signals as they stand before this item.
+    let signals: Vec<_> = items
+        .iter()
+        .map(|i| {
+            state
+                .signals
+                .values_for(&i.client, &i.author, &i.body, &i.context, i.now)
+        })
+        .collect();
     let judged = state
         .pool
         .run_before(Some(start_by), move || {
             items
                 .into_par_iter()
-                .map(|item| {
+                .zip(signals)
+                .map(|(item, signals)| {
                     let max = registry.engine().limits().max_snapshot_bytes;
                     let now = item.now;
                     let mut snapshot = snapshot_of(&sync_data(item, &standing), Phase::Sync, now, max);
-                    judge(&registry, &mut snapshot, Phase::Sync, fail_closed, keep, &metrics)
+                    judge(
+                        &registry,
+                        &mut snapshot,
+                        &signals,
+                        Phase::Sync,
+                        fail_closed,
+                        keep,
+                        &metrics,
+                    )
                 })
                 .collect::<Vec<_>>()
         })
@@ -293,6 +311,7 @@ fn sync_data(item: NewItem, standing: &str) -> SnapshotData {
         trigger: Vec::new(),
         provider_answers: Vec::new(),
         waiting_on: None,
+        signals: Default::default(),
     }
 }
 
@@ -331,6 +350,8 @@ async fn settle(
     };
     match outcome {
         CreateOutcome::Created { item, cause } => {
+            // Counted once: only the request that created the item gets here.
+            state.signals.record(&item);
             if item.needs_eval_since.is_some() {
                 state.scheduler.schedule(&item.id, "submit").await;
             }

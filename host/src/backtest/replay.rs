@@ -9,7 +9,7 @@ use super::{BacktestError, Cancel, Candidate, Candidates, Request, config_map, p
 use crate::clock::Millis;
 use crate::domain::{ItemStatus, Mode, Outcome, Phase, Verdict};
 use crate::lists::ListsConfig;
-use crate::rules::{Evaluation, RegisteredPlugin, RuleEngine, Snapshot, snapshot_from_spec};
+use crate::rules::{CallInputs, Evaluation, RegisteredPlugin, RuleEngine, SignalValues, Snapshot, snapshot_from_spec};
 use crate::store::{BacktestStore, DecisionRecord, History, ReplayUnit, StoreError, StoreResult};
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt, TryStreamExt};
@@ -163,12 +163,41 @@ fn excerpt(text: &str) -> String {
     text.chars().take(EXCERPT_CHARS).collect()
 }
 
-/// The snapshot a stored evaluation judged, with `config` in place.
-fn rebuild(json: &[u8], config: BTreeMap<String, String>) -> Result<(SnapshotSpec, Snapshot), String> {
+/// The snapshot a stored evaluation judged, with `config` in place, and
+/// the signal values stored with it.
+fn rebuild(json: &[u8], config: BTreeMap<String, String>) -> Result<(SnapshotSpec, Stored), String> {
     let mut spec: SnapshotSpec = serde_json::from_slice(json).map_err(|e| e.to_string())?;
     spec.config = config;
-    let snapshot = snapshot_from_spec(&spec);
-    Ok((spec, snapshot))
+    let stored = Stored {
+        snapshot: snapshot_from_spec(&spec),
+        signals: Arc::new(std::mem::take(&mut spec.signals)),
+    };
+    Ok((spec, stored))
+}
+
+/// A stored snapshot ready to judge again: the WIT snapshot and the
+/// signal values the rules read with it.
+struct Stored {
+    snapshot: Snapshot,
+    signals: Arc<SignalValues>,
+}
+
+impl Stored {
+    /// A candidate's judgement of it, its list calls answered from `lists`.
+    fn judge(
+        &self,
+        plugin: &RegisteredPlugin,
+        engine: &RuleEngine,
+        phase: Phase,
+        lists: &Arc<dyn crate::lists::ListSource>,
+    ) -> Result<Evaluation, crate::rules::HostError> {
+        let signals = plugin.signal_values(&self.signals);
+        let inputs = CallInputs {
+            lists: Some(lists),
+            signals: signals.as_ref(),
+        };
+        plugin.evaluate_from(engine, &self.snapshot, phase, inputs)
+    }
 }
 
 /// The config the candidate runs with on a decision: its own (or the stored
@@ -229,7 +258,7 @@ struct Replay {
     /// The stored decision it takes the place of (`None`: a new plugin).
     incumbent: Option<DecisionRecord>,
     /// The stored snapshot with the candidate's config.
-    snapshot: Snapshot,
+    snapshot: Stored,
     /// sha256 of the config the candidate runs with.
     config_digest: String,
     /// The list versions the evaluation was judged with, and those the
@@ -245,7 +274,7 @@ struct Replay {
 /// The sync snapshot a candidate judges again for an async evaluation.
 struct SyncReplay {
     digest: String,
-    snapshot: Snapshot,
+    snapshot: Stored,
     lists: ListPlan,
     pinned: Option<Arc<PinnedLists>>,
 }
@@ -299,7 +328,7 @@ fn judge(
         for r in &p.replays {
             let plugin = &plugins[r.candidate];
             let pinned = r.pinned.as_ref().expect("lists are pinned before judging");
-            let evaluation = plugin.evaluate_from(engine, &r.snapshot, p.phase, &pinned.source());
+            let evaluation = r.snapshot.judge(plugin, engine, p.phase, &pinned.source());
             unpinned.extend(pinned.unpinned());
             let sync = match &r.sync {
                 None => SyncPart::Dropped,
@@ -310,7 +339,7 @@ fn judge(
                         Some(part) => *part,
                         None => {
                             let pinned = s.pinned.as_ref().expect("lists are pinned before judging");
-                            let part = match plugin.evaluate_from(engine, &s.snapshot, Phase::Sync, &pinned.source()) {
+                            let part = match s.snapshot.judge(plugin, engine, Phase::Sync, &pinned.source()) {
                                 Ok(e) => SyncPart::Judged(
                                     e.decision
                                         .as_ref()
@@ -1073,7 +1102,7 @@ pub async fn replay_item(
             let mut missed = Vec::new();
             for j in pending {
                 let pinned = j.pinned.as_ref().expect("lists are pinned before judging");
-                let e = plugin.evaluate_from(&engine, &j.snapshot, j.phase, &pinned.source());
+                let e = j.snapshot.judge(&plugin, &engine, j.phase, &pinned.source());
                 match pinned.unpinned() {
                     asked if asked.is_empty() => judged.push((j.index, e)),
                     asked => missed.push((j, asked)),
@@ -1110,7 +1139,7 @@ pub async fn replay_item(
 struct ToJudge {
     /// Its place in the page.
     index: usize,
-    snapshot: Snapshot,
+    snapshot: Stored,
     phase: Phase,
     lists: ListPlan,
     pinned: Option<Arc<PinnedLists>>,

@@ -8,8 +8,8 @@ use crate::domain::Outcome;
 use crate::lists::{FixedLists, ListSource};
 use crate::rules::contract;
 use crate::rules::{
-    Evaluation, HostError, InstancePool, LoadedPlugin, RuleEngine, RuntimeLimits, Snapshot, fit_snapshot,
-    snapshot_from_spec,
+    CallInputs, Evaluation, HostError, InstancePool, LoadedPlugin, RuleEngine, RuntimeLimits, SignalValues, Snapshot,
+    fit_snapshot, snapshot_from_spec,
 };
 use anyhow::Context;
 use clap::Subcommand;
@@ -182,20 +182,34 @@ fn print_info(plugin: &LoadedPlugin) {
 }
 
 fn evaluate_spec(engine: &RuleEngine, plugin: &LoadedPlugin, spec: &SnapshotSpec) -> Result<Evaluation, HostError> {
-    engine.evaluate(plugin, &snapshot_of(engine, spec))
+    let signals = spec_signals(spec);
+    let inputs = CallInputs {
+        lists: None,
+        signals: signals.as_ref(),
+    };
+    engine.evaluate_from(plugin, &snapshot_of(engine, spec), inputs)
+}
+
+/// The signal values a snapshot in JSON gives (`snapshot.signals`): the
+/// rule reads those, and every other signal is `undeclared`.
+fn spec_signals(spec: &SnapshotSpec) -> Option<Arc<SignalValues>> {
+    (!spec.signals.is_empty()).then(|| Arc::new(spec.signals.clone()))
 }
 
 /// Evaluates `plugin` on a `cases.json` case in a fresh instance, as
 /// `gavel plugin test` does: the snapshot fitted to the engine's limit, the
 /// rule's list calls answered from the lists the case gives (none: every
-/// name `unknown`). An error is a case whose lists do not compile, or the
-/// host failing to run the evaluation.
+/// name `unknown`), its signal calls from the case's `snapshot.signals`.
+/// An error is a case whose lists do not compile, or the host failing to
+/// run the evaluation.
 pub fn evaluate_case(engine: &RuleEngine, plugin: &LoadedPlugin, case: &Case) -> anyhow::Result<Evaluation> {
     let snapshot = snapshot_of(engine, &case.snapshot);
-    Ok(match case_lists(case)? {
-        Some(lists) => engine.evaluate_from(plugin, &snapshot, &lists)?,
-        None => engine.evaluate(plugin, &snapshot)?,
-    })
+    let (lists, signals) = (case_lists(case)?, spec_signals(&case.snapshot));
+    let inputs = CallInputs {
+        lists: lists.as_ref(),
+        signals: signals.as_ref(),
+    };
+    Ok(engine.evaluate_from(plugin, &snapshot, inputs)?)
 }
 
 /// A case `plugin bench` times: name, snapshot, lists.
@@ -350,14 +364,16 @@ fn bench(
         let mut spec = spec.clone();
         spec.config.extend(config.iter().cloned());
         let snapshot = snapshot_of(engine, &spec);
-        let (fresh, evaluation) = time_evaluations(iterations, || match lists {
-            Some(lists) => engine.evaluate_from(&plugin, &snapshot, lists),
-            None => engine.evaluate(&plugin, &snapshot),
-        })?;
+        let signals = spec_signals(&spec);
+        let inputs = CallInputs {
+            lists: lists.as_ref(),
+            signals: signals.as_ref(),
+        };
+        let (fresh, evaluation) = time_evaluations(iterations, || engine.evaluate_from(&plugin, &snapshot, inputs))?;
         let deadline = engine.deadline_for(&snapshot);
         let pool = InstancePool::new(1);
         let (reused, _) = time_evaluations(iterations, || {
-            engine.evaluate_pooled(&plugin, &pool, &snapshot, deadline, limits.memory_bytes, lists.as_ref())
+            engine.evaluate_pooled(&plugin, &pool, &snapshot, deadline, limits.memory_bytes, inputs)
         })?;
         let outcome = match &evaluation.decision {
             Some(d) => d.verdict.to_string(),

@@ -86,6 +86,8 @@ pub struct Config {
     pub standing: crate::domain::standing::StandingPolicy,
     /// Lists moderators edit (`/v1/lists`): their limits and propagation.
     pub lists: crate::domain::lists::ListsConfig,
+    /// Entity signals rules declare: their bounds.
+    pub signals: crate::domain::signals::SignalsConfig,
 }
 
 /// An external (often AI) classifier answering by signed callback.
@@ -245,6 +247,7 @@ impl Default for Config {
             console: ConsoleConfig::default(),
             standing: crate::domain::standing::StandingPolicy::default(),
             lists: crate::domain::lists::ListsConfig::default(),
+            signals: crate::domain::signals::SignalsConfig::default(),
         }
     }
 }

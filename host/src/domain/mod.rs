@@ -16,6 +16,8 @@
 //!   and the account tier they reach.
 //! - [`lists`]: the entries of moderators' lists in canonical form, their
 //!   limits, digest and diff.
+//! - [`signals`]: entity signals as rules declare them, the keys and
+//!   values an item adds to them, and the buckets of their windows.
 //!
 //! Every stored status or outcome column has an enum here, converted to
 //! and from its string in one place ([`string_enum!`]); the migrations'
@@ -25,6 +27,7 @@ pub mod evaluation;
 pub mod lifecycle;
 pub mod lists;
 pub mod policy;
+pub mod signals;
 pub mod standing;
 pub mod status;
 pub mod verdict;

@@ -7,4 +7,5 @@ wasmtime::component::bindgen!({
 });
 
 pub use self::gavel::rules::lists::ListError;
+pub use self::gavel::rules::signals::SignalError;
 pub use self::gavel::rules::types::{AuthorStats, Event, Item, Level, Phase, Standing, Verdict};

@@ -23,7 +23,7 @@ mod sandbox;
 mod snapshot;
 mod watcher;
 
-pub use bindings::{AuthorStats, Event, Item, Snapshot, Standing};
+pub use bindings::{AuthorStats, Event, Item, SignalError, Snapshot, Standing};
 pub use breaker::{Admission, Breaker, BreakerChange, BreakerConfig};
 pub use cache::CompileCache;
 pub use compiler::compile_from_stdin;
@@ -38,6 +38,18 @@ pub use watcher::PluginWatcher;
 
 use crate::domain::{Outcome, Verdict};
 use crate::lists::ListSource;
+
+pub use crate::domain::signals::SignalValues;
+
+/// What a call's host imports answer from, besides the snapshot.
+#[derive(Clone, Copy, Default)]
+pub struct CallInputs<'a> {
+    /// The lists a rule consults (none: every list is `unknown`).
+    pub lists: Option<&'a Arc<dyn ListSource>>,
+    /// The item's values of the signals this plugin declares (a name
+    /// absent here is `undeclared`).
+    pub signals: Option<&'a Arc<SignalValues>>,
+}
 use sandbox::Sandbox;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -193,7 +205,7 @@ impl RuleEngine {
 
     /// The lists the engine serves: what an evaluation consults unless it
     /// names its own source.
-    fn served_lists(&self) -> Option<&Arc<dyn ListSource>> {
+    pub(crate) fn served_lists(&self) -> Option<&Arc<dyn ListSource>> {
         self.lists.as_ref()
     }
 
@@ -202,7 +214,7 @@ impl RuleEngine {
         plugin: Arc<PluginStamp>,
         memory_bytes: usize,
         deadline: Duration,
-        lists: Option<&Arc<dyn ListSource>>,
+        inputs: CallInputs<'_>,
     ) -> Store<Sandbox> {
         let mut store = Store::new(
             &self.engine,
@@ -229,16 +241,16 @@ impl RuleEngine {
             let ticks = (left.as_nanos().div_ceil(tick.as_nanos().max(1)) as u64).max(1);
             Ok(wasmtime::UpdateDeadline::Continue(ticks))
         });
-        self.arm(&mut store, deadline, lists);
+        self.arm(&mut store, deadline, inputs);
         store
     }
 
     /// Starts a call on `store`: its CPU budget, its wall cap, the epoch
     /// deadline at which the budget is first checked, and where its list
-    /// lookups are answered from.
-    fn arm(&self, store: &mut Store<Sandbox>, deadline: Duration, lists: Option<&Arc<dyn ListSource>>) {
+    /// and signal calls are answered from.
+    fn arm(&self, store: &mut Store<Sandbox>, deadline: Duration, inputs: CallInputs<'_>) {
         let wall_cap = deadline.saturating_mul(self.limits.wall_cap_factor.max(1));
-        store.data_mut().start_call(deadline, wall_cap, lists);
+        store.data_mut().start_call(deadline, wall_cap, inputs);
         store.set_epoch_deadline(self.limits.ticks(deadline));
     }
 
@@ -266,34 +278,42 @@ impl RuleEngine {
         deadline: Duration,
         memory_bytes: usize,
     ) -> Result<Evaluation, HostError> {
-        self.evaluate_fresh(plugin, snapshot, deadline, memory_bytes, self.lists.as_ref())
+        self.evaluate_fresh(plugin, snapshot, deadline, memory_bytes, self.served())
     }
 
-    /// [`RuleEngine::evaluate`], the rule's list calls answered from
-    /// `lists` instead of the lists the engine serves (a `plugin test`
-    /// case's lists).
+    /// [`RuleEngine::evaluate`], the rule's list and signal calls answered
+    /// from `inputs` (a `plugin test` case's lists and signals).
     pub fn evaluate_from(
         &self,
         plugin: &LoadedPlugin,
         snapshot: &Snapshot,
-        lists: &Arc<dyn ListSource>,
+        inputs: CallInputs<'_>,
     ) -> Result<Evaluation, HostError> {
         let deadline = self.deadline_for(snapshot);
-        self.evaluate_fresh(plugin, snapshot, deadline, self.limits.memory_bytes, Some(lists))
+        self.evaluate_fresh(plugin, snapshot, deadline, self.limits.memory_bytes, inputs)
     }
 
-    /// [`RuleEngine::evaluate_with`], the rule's list calls answered from
-    /// `lists` (the engine's served lists, or a replay's versions).
-    fn evaluate_fresh(
+    /// What a call answers from by default: the lists the engine serves,
+    /// no signals.
+    fn served(&self) -> CallInputs<'_> {
+        CallInputs {
+            lists: self.served_lists(),
+            signals: None,
+        }
+    }
+
+    /// [`RuleEngine::evaluate_with`], the rule's list and signal calls
+    /// answered from `inputs`.
+    pub fn evaluate_fresh(
         &self,
         plugin: &LoadedPlugin,
         snapshot: &Snapshot,
         deadline: Duration,
         memory_bytes: usize,
-        lists: Option<&Arc<dyn ListSource>>,
+        inputs: CallInputs<'_>,
     ) -> Result<Evaluation, HostError> {
         let started = Instant::now();
-        let mut store = self.new_store(plugin.stamp.clone(), memory_bytes, deadline, lists);
+        let mut store = self.new_store(plugin.stamp.clone(), memory_bytes, deadline, inputs);
         let rule = match plugin.pre.instantiate(&mut store) {
             Ok(rule) => rule,
             Err(e) => return self.instantiation_failed(plugin, &store, e, started, deadline, memory_bytes),
@@ -315,12 +335,12 @@ impl RuleEngine {
         deadline: Duration,
         memory_bytes: usize,
     ) -> Result<Evaluation, HostError> {
-        self.evaluate_pooled(plugin, pool, snapshot, deadline, memory_bytes, self.lists.as_ref())
+        self.evaluate_pooled(plugin, pool, snapshot, deadline, memory_bytes, self.served())
     }
 
-    /// [`RuleEngine::evaluate_reusing`], the rule's list calls answered
-    /// from `lists` (the engine's served lists, a replay's versions, or a
-    /// `plugin test` case's lists).
+    /// [`RuleEngine::evaluate_reusing`], the rule's list and signal calls
+    /// answered from `inputs` (the engine's served lists, a replay's
+    /// versions, or a `plugin test` case's lists; the item's signals).
     pub fn evaluate_pooled(
         &self,
         plugin: &LoadedPlugin,
@@ -328,18 +348,18 @@ impl RuleEngine {
         snapshot: &Snapshot,
         deadline: Duration,
         memory_bytes: usize,
-        lists: Option<&Arc<dyn ListSource>>,
+        inputs: CallInputs<'_>,
     ) -> Result<Evaluation, HostError> {
         let started = Instant::now();
         let taken = pool.idle.lock().expect("not poisoned").pop();
         let mut instance = match taken {
             Some(mut i) => {
-                // A fresh budget, log allowance, capture and lists for this call.
-                self.arm(&mut i.store, deadline, lists);
+                // A fresh budget, log allowance, capture, lists and signals for this call.
+                self.arm(&mut i.store, deadline, inputs);
                 i
             }
             None => {
-                let mut store = self.new_store(plugin.stamp.clone(), memory_bytes, deadline, lists);
+                let mut store = self.new_store(plugin.stamp.clone(), memory_bytes, deadline, inputs);
                 match plugin.pre.instantiate(&mut store) {
                     Ok(rule) => ReusedInstance { store, rule },
                     Err(e) => return self.instantiation_failed(plugin, &store, e, started, deadline, memory_bytes),

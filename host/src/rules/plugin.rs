@@ -1,11 +1,11 @@
 //! Loading a component file: size and format checks, compilation,
 //! linking against the `rule` world, and one `info()` call.
 
-use super::RuleEngine;
 use super::bindings::{self, RulePre};
 use super::contract::{self, Imports};
 use super::evaluation::PluginStamp;
 use super::sandbox::{Sandbox, truncate_str};
+use super::{CallInputs, RuleEngine};
 use crate::domain::{Digest, Phase};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -303,7 +303,7 @@ impl RuleEngine {
         // not refuse a healthy rule for that. Still bounded: an `info` that
         // loops is refused.
         let deadline = self.limits.async_deadline.max(INFO_DEADLINE);
-        let mut store = self.new_store(loading, self.limits.memory_bytes, deadline, None);
+        let mut store = self.new_store(loading, self.limits.memory_bytes, deadline, CallInputs::default());
         let raw = pre
             .instantiate(&mut store)
             .and_then(|rule| rule.call_info(&mut store))

@@ -4,8 +4,8 @@
 
 use super::{Breaker, HostError, LoadedPlugin, RuleEngine};
 use crate::clock::now_ms;
+use crate::domain::signals::SignalSpec;
 use crate::domain::{Digest, Mode, Phase, PluginEvent};
-use crate::lists::ListSource;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -35,6 +35,11 @@ pub struct Manifest {
     pub reuse_instances: bool,
     /// Passed to the rule as `snapshot.config` (values as strings; lists comma-joined).
     pub config: toml::Table,
+    /// The entity signals the rule reads (`[[signals]]`), counted by the
+    /// host from the moment a plugin declaring them loads (and rebuilt
+    /// from stored items for their window).
+    #[serde(skip_serializing)]
+    pub signals: Vec<crate::domain::signals::SignalDeclaration>,
 }
 
 impl Default for Manifest {
@@ -46,6 +51,7 @@ impl Default for Manifest {
             limits: ManifestLimits::default(),
             reuse_instances: false,
             config: toml::Table::new(),
+            signals: Vec::new(),
         }
     }
 }
@@ -74,6 +80,27 @@ impl Manifest {
         }
     }
 
+    /// The declared signals, checked: at most
+    /// [`crate::domain::signals::MAX_SIGNALS_PER_PLUGIN`], each name once.
+    pub fn signal_specs(&self) -> Result<Vec<SignalSpec>, String> {
+        use crate::domain::signals::MAX_SIGNALS_PER_PLUGIN;
+        if self.signals.len() > MAX_SIGNALS_PER_PLUGIN {
+            return Err(format!(
+                "{} signals declared; at most {MAX_SIGNALS_PER_PLUGIN}",
+                self.signals.len()
+            ));
+        }
+        let mut specs: Vec<SignalSpec> = Vec::new();
+        for d in &self.signals {
+            let spec = SignalSpec::parse(d)?;
+            if specs.iter().any(|s| s.name == spec.name) {
+                return Err(format!("signal {} declared twice", spec.name));
+            }
+            specs.push(spec);
+        }
+        Ok(specs)
+    }
+
     /// The `config` table as the string pairs a rule receives.
     pub fn config_pairs(&self) -> Result<Vec<(String, String)>, String> {
         self.config
@@ -96,6 +123,8 @@ pub struct RegisteredPlugin {
     pub enabled: bool,
     pub phases: Vec<Phase>,
     pub config: Vec<(String, String)>,
+    /// The entity signals it reads.
+    pub signals: Vec<SignalSpec>,
     pub deadline_async: Duration,
     pub deadline_sync: Duration,
     pub memory_bytes: usize,
@@ -114,28 +143,35 @@ pub struct RegisteredPlugin {
 
 impl RegisteredPlugin {
     /// Evaluates under this plugin's deadline for `phase` and memory cap, on
-    /// a fresh instance or (when opted in) a reused one.
+    /// a fresh instance or (when opted in) a reused one; its list calls
+    /// answered from the lists the engine serves, its signal calls from
+    /// `signals` (the item's values of the signals it declares).
     pub fn evaluate(
         &self,
         engine: &super::RuleEngine,
         snapshot: &super::Snapshot,
         phase: Phase,
+        signals: Option<&Arc<super::SignalValues>>,
     ) -> Result<super::Evaluation, HostError> {
-        self.run(engine, snapshot, phase, engine.served_lists())
+        let inputs = super::CallInputs {
+            lists: engine.served_lists(),
+            signals,
+        };
+        self.run(engine, snapshot, phase, inputs)
     }
 
-    /// [`RegisteredPlugin::evaluate`], the rule's list calls answered from
-    /// `lists` instead of the lists the engine serves: a replay's versions
-    /// of the time. Passed per evaluation, so the live path pays nothing
-    /// for it.
+    /// [`RegisteredPlugin::evaluate`], the rule's list and signal calls
+    /// answered from `inputs` instead: a replay's list versions of the
+    /// time and the signal values its snapshot stored. Passed per
+    /// evaluation, so the live path pays nothing for it.
     pub fn evaluate_from(
         &self,
         engine: &super::RuleEngine,
         snapshot: &super::Snapshot,
         phase: Phase,
-        lists: &Arc<dyn ListSource>,
+        inputs: super::CallInputs<'_>,
     ) -> Result<super::Evaluation, HostError> {
-        self.run(engine, snapshot, phase, Some(lists))
+        self.run(engine, snapshot, phase, inputs)
     }
 
     fn run(
@@ -143,16 +179,31 @@ impl RegisteredPlugin {
         engine: &super::RuleEngine,
         snapshot: &super::Snapshot,
         phase: Phase,
-        lists: Option<&Arc<dyn ListSource>>,
+        inputs: super::CallInputs<'_>,
     ) -> Result<super::Evaluation, HostError> {
         let deadline = match phase {
             Phase::Sync => self.deadline_sync,
             Phase::Async => self.deadline_async,
         };
         match &self.instances {
-            Some(pool) => engine.evaluate_pooled(&self.plugin, pool, snapshot, deadline, self.memory_bytes, lists),
-            None => engine.evaluate_fresh(&self.plugin, snapshot, deadline, self.memory_bytes, lists),
+            Some(pool) => engine.evaluate_pooled(&self.plugin, pool, snapshot, deadline, self.memory_bytes, inputs),
+            None => engine.evaluate_fresh(&self.plugin, snapshot, deadline, self.memory_bytes, inputs),
         }
+    }
+
+    /// This plugin's view of an item's signal values: the signals it
+    /// declares (each present, empty when the item has no key for it);
+    /// `None` when it declares none.
+    pub fn signal_values(&self, all: &super::SignalValues) -> Option<Arc<super::SignalValues>> {
+        if self.signals.is_empty() {
+            return None;
+        }
+        Some(Arc::new(
+            self.signals
+                .iter()
+                .map(|s| (s.name.clone(), all.get(&s.name).cloned().unwrap_or_default()))
+                .collect(),
+        ))
     }
 
     /// Whether this plugin runs in `phase` (enabled and declared; its
@@ -507,6 +558,7 @@ impl Registry {
             enabled: p.enabled,
             phases: p.phases.clone(),
             config: p.config.clone(),
+            signals: p.signals.clone(),
             deadline_async: p.deadline_async,
             deadline_sync: p.deadline_sync,
             memory_bytes: p.memory_bytes,
@@ -524,7 +576,7 @@ impl Registry {
         self.register_with(
             plugin,
             &Manifest::default(),
-            Vec::new(),
+            (Vec::new(), Vec::new()),
             self.engine.limits().memory_bytes,
         )
     }
@@ -532,6 +584,8 @@ impl Registry {
     fn load_one(&self, path: &Path, bytes: &[u8]) -> Result<RegisteredPlugin, String> {
         let manifest = Manifest::for_component(path)?;
         let config = manifest.config_pairs()?;
+        let signals = manifest.signal_specs()?;
+        self.check_signals(path, &signals)?;
         let plugin = self.compile_bounded(path, bytes)?;
         let limits = self.engine.limits();
         let memory_bytes = manifest.limits.memory_bytes.unwrap_or(limits.memory_bytes);
@@ -541,14 +595,39 @@ impl Registry {
                 super::MEMORY_CEILING_BYTES
             ));
         }
-        Ok(self.register_with(plugin, &manifest, config, memory_bytes))
+        Ok(self.register_with(plugin, &manifest, (config, signals), memory_bytes))
+    }
+
+    /// Refuses signals another loaded plugin (from another file) declares
+    /// under the same name with another definition: one name, one count.
+    fn check_signals(&self, path: &Path, signals: &[SignalSpec]) -> Result<(), String> {
+        for p in self.plugins().iter().filter(|p| p.plugin.path != path) {
+            for theirs in &p.signals {
+                if let Some(ours) = signals.iter().find(|s| s.name == theirs.name && *s != theirs) {
+                    return Err(format!(
+                        "signal {} is declared differently by plugin {} ({} by {}, {}, window {} ms); \
+                         one name, one definition",
+                        ours.name,
+                        p.plugin.info.name,
+                        String::from(theirs.count.clone()),
+                        theirs.key,
+                        theirs
+                            .when
+                            .as_ref()
+                            .map_or("every item".into(), |w| format!("when {} < {}", w.context, w.below)),
+                        theirs.window_ms
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn register_with(
         &self,
         plugin: LoadedPlugin,
         manifest: &Manifest,
-        config: Vec<(String, String)>,
+        (config, signals): (Vec<(String, String)>, Vec<SignalSpec>),
         memory_bytes: usize,
     ) -> RegisteredPlugin {
         let limits = self.engine.limits();
@@ -557,6 +636,7 @@ impl Registry {
             mode: manifest.mode,
             enabled: manifest.enabled,
             config,
+            signals,
             deadline_async: manifest
                 .limits
                 .async_deadline_ms

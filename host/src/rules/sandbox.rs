@@ -1,7 +1,7 @@
 //! The per-evaluation store data: a locked-down WASI context, the memory
-//! limiter and the `host` and `lists` imports a rule can call.
+//! limiter and the `host`, `lists` and `signals` imports a rule can call.
 
-use super::bindings::{self, Level, ListError};
+use super::bindings::{self, Level, ListError, SignalError};
 use super::capture::Capture;
 use super::evaluation::ListUse;
 use crate::lists::{CompiledList, ListSource, WrongKind};
@@ -49,6 +49,9 @@ pub(crate) struct Sandbox {
     /// answered from: one call sees one version of a list, and its
     /// decision names it.
     consulted: Vec<Arc<CompiledList>>,
+    /// The item's values of the signals the plugin declares, set per call
+    /// (none: every signal is `undeclared`).
+    signals: Option<Arc<super::SignalValues>>,
 }
 
 impl Sandbox {
@@ -83,17 +86,18 @@ impl Sandbox {
             overloaded: false,
             lists: None,
             consulted: Vec::new(),
+            signals: None,
         }
     }
 
     /// Starts a call with `budget` of CPU time and `wall_cap` of wall time,
-    /// its list lookups answered from `lists`: a fresh log budget, nothing
-    /// captured, no memory failure yet, no list consulted.
+    /// its list and signal calls answered from `inputs`: a fresh log
+    /// budget, nothing captured, no memory failure yet, no list consulted.
     pub(crate) fn start_call(
         &mut self,
         budget: std::time::Duration,
         wall_cap: std::time::Duration,
-        lists: Option<&Arc<dyn ListSource>>,
+        inputs: super::CallInputs<'_>,
     ) {
         self.log_budget = self.log_lines;
         self.logs_dropped = 0;
@@ -105,8 +109,9 @@ impl Sandbox {
         self.cpu_budget = budget;
         self.wall_started = std::time::Instant::now();
         self.wall_cap = wall_cap;
-        self.lists = lists.cloned();
+        self.lists = inputs.lists.cloned();
         self.consulted.clear();
+        self.signals = inputs.signals.cloned();
     }
 
     /// The lists this call consulted, with the version each answered from,
@@ -222,6 +227,17 @@ impl bindings::gavel::rules::lists::Host for Sandbox {
             .parse()
             .map_err(|_| ListError::Invalid(format!("{:?} is not an IP address", truncate_str(&ip, 64))))?;
         Ok(list.in_cidrs(ip).map_err(wrong_kind)?.map(|net| net.to_string()))
+    }
+}
+
+impl bindings::gavel::rules::signals::Host for Sandbox {
+    fn values(&mut self, name: String) -> Result<Vec<(String, u64)>, SignalError> {
+        let keys = self
+            .signals
+            .as_ref()
+            .and_then(|s| s.get(&name))
+            .ok_or(SignalError::Undeclared)?;
+        Ok(keys.iter().map(|(k, v)| (k.clone(), *v)).collect())
     }
 }
 

@@ -104,6 +104,7 @@ pub fn spec_from_snapshot(s: &Snapshot) -> SnapshotSpec {
         }
         .to_string(),
         now_ms: s.now_ms,
+        signals: Default::default(),
     }
 }
 

@@ -46,6 +46,9 @@ pub struct SnapshotData {
     pub provider_answers: Vec<ProviderAnswerRecord>,
     /// The provider of the outstanding request for the current content.
     pub waiting_on: Option<String>,
+    /// The item's entity signal values (not read by the store: the worker
+    /// fills them from the counts).
+    pub signals: crate::domain::signals::SignalValues,
 }
 
 /// An author's standing as a snapshot carries it.
@@ -403,6 +406,7 @@ macro_rules! impl_evaluations {
                             trigger: trigger.remove(&item.id).unwrap_or_default(),
                             provider_answers: answers.remove(&item.id).unwrap_or_default(),
                             waiting_on: waiting.remove(&item.id),
+                            signals: Default::default(),
                             item,
                         }
                     })

@@ -261,9 +261,29 @@ pub trait Items: Send + Sync {
     /// The latest items of `author` (of `client`), newest first.
     async fn author_items(&self, client: &str, author: &str, limit: i64) -> StoreResult<Vec<Item>>;
 
+    /// Items created from `since` to before `until`, in id order after
+    /// `after` (ids are UUIDv7, ordered by creation time, so the primary
+    /// key serves the range): one keyset page of a scan, for rebuilding
+    /// entity signals from the record.
+    async fn items_created(
+        &self,
+        since: Millis,
+        until: Millis,
+        after: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<Item>>;
+
     /// Marks an item for evaluation (a moderator's "re-evaluate now");
     /// `false` if it does not exist or is deleted.
     async fn request_evaluation(&self, id: &str, now: Millis) -> StoreResult<bool>;
+}
+
+/// The smallest text a UUIDv7 made at `at_ms` or later sorts after (its
+/// 48-bit millisecond timestamp, the rest zero).
+pub fn uuid_floor(at_ms: Millis) -> String {
+    let ms = at_ms.clamp(0, (1 << 48) - 1) as u64;
+    let hex = format!("{ms:012x}");
+    format!("{}-{}-0000-0000-000000000000", &hex[..8], &hex[8..])
 }
 
 /// Why a moderator's change was not applied.
@@ -551,6 +571,34 @@ macro_rules! impl_items {
                     ))
                     .bind(client)
                     .bind(author)
+                    .bind(limit)
+                    .fetch_all(self.read_pool())
+                    .await?
+                    .iter()
+                    .map(txn::item_from_row)
+                    .collect()
+                }
+
+                async fn items_created(
+                    &self,
+                    since: Millis,
+                    until: Millis,
+                    after: Option<&str>,
+                    limit: i64,
+                ) -> StoreResult<Vec<Item>> {
+                    // An id made a second before `since` bounds the scan from
+                    // below (an id and its `created_at` are read from two
+                    // clock reads); `created_at` decides.
+                    let floor = $crate::store::items::uuid_floor(since - 1000);
+                    let from = after.map_or(floor.as_str(), |a| a.max(floor.as_str()));
+                    sqlx::query(&format!(
+                        "SELECT {} FROM items WHERE id > $1 AND created_at >= $2 AND created_at < $3 \
+                         ORDER BY id LIMIT $4",
+                        $crate::store::shared::ITEM_COLUMNS
+                    ))
+                    .bind(from)
+                    .bind(since)
+                    .bind(until)
                     .bind(limit)
                     .fetch_all(self.read_pool())
                     .await?

@@ -16,12 +16,12 @@
 // say) the rule leaves alone: moderators edit it at runtime, and a list the
 // host does not have exempts nobody.
 
-import { log } from "gavel:rules/host@0.3.1";
-import { contains } from "gavel:rules/lists@0.3.1";
+import { log } from "gavel:rules/host@0.3.2";
+import { contains } from "gavel:rules/lists@0.3.2";
 
-/** @typedef {import("gavel:rules/types@0.3.1").Snapshot} Snapshot */
-/** @typedef {import("gavel:rules/types@0.3.1").Decision} Decision */
-/** @typedef {import("gavel:rules/types@0.3.1").PluginInfo} PluginInfo */
+/** @typedef {import("gavel:rules/types@0.3.2").Snapshot} Snapshot */
+/** @typedef {import("gavel:rules/types@0.3.2").Decision} Decision */
+/** @typedef {import("gavel:rules/types@0.3.2").PluginInfo} PluginInfo */
 
 /**
  * A numeric config value, or `fallback` when absent. A value that does not

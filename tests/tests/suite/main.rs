@@ -22,6 +22,7 @@ mod reload;
 mod review;
 mod rules;
 mod schema;
+mod signals;
 mod standard_webhooks;
 mod standing;
 mod store;

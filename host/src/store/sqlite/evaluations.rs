@@ -203,6 +203,7 @@ fn snapshot(conn: &Connection, id: &str, w: SnapshotWindows) -> StoreResult<Opti
         trigger,
         provider_answers,
         waiting_on,
+        signals: Default::default(),
         item,
     }))
 }
