@@ -127,7 +127,17 @@ pub async fn serve_with_metrics(
     let evaluation = Arc::new(config.evaluation.clone());
     let scheduler = worker::Scheduler::new(coordinator.clone(), evaluation.clone());
     // Entity signals the plugins declare, rebuilt from stored items now.
-    let signals = signals::Signals::new(registry.clone(), store.clone(), config.signals.clone(), metrics.clone());
+    let signals = signals::Signals::open(
+        registry.clone(),
+        store.clone(),
+        config.signals.clone(),
+        metrics.clone(),
+        config
+            .redis_url
+            .as_deref()
+            .map(|url| (url, config.redis_prefix.as_str())),
+    )
+    .await?;
     signals.specs();
     tasks.spawn(signals.clone().sweep_loop(cancel.clone()));
 

@@ -554,14 +554,22 @@ impl Worker {
             Ok(s) => s,
             Err(e) => return ids.iter().map(|_| Settled::Failed(Failure::Store(e.clone()))).collect(),
         };
-        let by_id: HashMap<String, SnapshotData> = snapshots
+        let mut pending: Vec<SnapshotData> = snapshots
             .into_iter()
             .filter(|d| d.item.needs_eval_since.is_some())
-            .map(|mut d| {
-                d.signals = p.signals.values_of(&d.item, now);
-                (d.item.id.clone(), d)
-            })
             .collect();
+        let signals =
+            futures::future::join_all(pending.iter().map(|d| p.signals.values_of(Phase::Async, &d.item, now))).await;
+        for (d, values) in pending.iter_mut().zip(signals) {
+            match values {
+                Ok(v) => d.signals = v,
+                Err(e) => {
+                    let e = StoreError::Unavailable(e.to_string());
+                    return ids.iter().map(|_| Settled::Failed(Failure::Store(e.clone()))).collect();
+                }
+            }
+        }
+        let by_id: HashMap<String, SnapshotData> = pending.into_iter().map(|d| (d.item.id.clone(), d)).collect();
         let (mut settled, commits) = self.judge_all(ids, by_id).await;
         if !commits.is_empty() {
             self.commit_all(commits, &mut settled).await;

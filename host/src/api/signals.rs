@@ -8,6 +8,7 @@ use super::error::{ApiError, ErrorBody, Json, Path, Query};
 use super::validate;
 use crate::signals::SignalReading;
 use axum::extract::State;
+use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -78,7 +79,7 @@ pub async fn list(State(state): State<AppState>, _m: Moderator) -> Json<SignalLi
     params(("name" = String, Path, description = "The signal's name"), SignalQuery),
     responses(
         (status = 200, body = SignalReading), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 503, body = ErrorBody),
     ),
     security(("bearer" = []))
 )]
@@ -97,9 +98,8 @@ pub async fn get_one(
             ));
         }
     }
-    state
-        .signals
-        .reading(&name, &q.client, &q.key)
-        .map(Json)
-        .ok_or_else(|| ApiError::not_found("signal"))
+    let reading = state.signals.reading(&name, &q.client, &q.key).await.map_err(|e| {
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "signals_unavailable", e.to_string()).retry_after(1)
+    })?;
+    reading.map(Json).ok_or_else(|| ApiError::not_found("signal"))
 }

@@ -216,15 +216,27 @@ async fn sync_rules(state: &AppState, items: Vec<NewItem>) -> Vec<SyncOutcome> {
         state.config.evaluation.store_snapshots,
     );
     let start_by = std::time::Instant::now() + registry.engine().limits().sync_deadline;
-    // The sync phase reads the signals as they stand before this item.
-    let signals: Vec<_> = items
-        .iter()
-        .map(|i| {
+    // The sync phase reads the signals as they stand before this item;
+    // unreadable (Redis down), the item is stored without its sync rules,
+    // as when the host is too busy to start them.
+    let signals = futures::future::join_all(items.iter().map(|i| {
+        state
+            .signals
+            .values_for(Phase::Sync, &i.client, &i.author, &i.body, &i.context, i.now)
+    }))
+    .await;
+    let signals: Vec<_> = match signals.into_iter().collect::<Result<Vec<_>, _>>() {
+        Ok(s) => s,
+        Err(e) => {
             state
-                .signals
-                .values_for(&i.client, &i.author, &i.body, &i.context, i.now)
-        })
-        .collect();
+                .metrics
+                .host_errors
+                .get_or_create(&crate::metrics::KindLabel { kind: "sync_phase" })
+                .inc();
+            tracing::warn!(error = %e, "sync rules skipped: signals unreadable; the async rules judge the item");
+            return items.iter().map(|_| SyncOutcome::default()).collect();
+        }
+    };
     let judged = state
         .pool
         .run_before(Some(start_by), move || {
@@ -351,7 +363,7 @@ async fn settle(
     match outcome {
         CreateOutcome::Created { item, cause } => {
             // Counted once: only the request that created the item gets here.
-            state.signals.record(&item);
+            state.signals.record(&item).await;
             if item.needs_eval_since.is_some() {
                 state.scheduler.schedule(&item.id, "submit").await;
             }

@@ -9,6 +9,7 @@
 
 mod embedded;
 mod redis;
+pub(crate) use self::redis::Conn as RedisConn;
 
 pub use embedded::EmbeddedCoordinator;
 pub use redis::RedisCoordinator;

@@ -68,9 +68,35 @@ return out
 
 /// One Redis server, or a Redis Cluster.
 #[derive(Clone)]
-enum Conn {
+pub(crate) enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+}
+
+impl Conn {
+    /// Connects (with automatic reconnection and backoff) to `url`:
+    /// `redis://…` for one server, `redis+cluster://a:1,b:2` for a cluster.
+    pub(crate) async fn open(url: &str) -> anyhow::Result<Conn> {
+        Ok(match url.strip_prefix("redis+cluster://") {
+            Some(nodes) => {
+                let nodes: Vec<String> = nodes.split(',').map(|n| format!("redis://{}", n.trim())).collect();
+                let client = redis::cluster::ClusterClientBuilder::new(nodes)
+                    .connection_timeout(Duration::from_secs(2))
+                    .response_timeout(Duration::from_secs(2))
+                    .build()?;
+                Conn::Cluster(client.get_async_connection().await?)
+            }
+            None => {
+                let client = redis::Client::open(url)?;
+                let config = redis::aio::ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(Duration::from_secs(2)))
+                    .set_response_timeout(Some(Duration::from_secs(2)))
+                    .set_number_of_retries(3)
+                    .set_max_delay(Duration::from_secs(2));
+                Conn::Single(ConnectionManager::new_with_config(client, config).await?)
+            }
+        })
+    }
 }
 
 impl ConnectionLike for Conn {
@@ -139,25 +165,7 @@ impl RedisCoordinator {
     /// Connects (with automatic reconnection and backoff) to `url`:
     /// `redis://…` for one server, `redis+cluster://a:1,b:2` for a cluster.
     pub async fn open(url: &str, prefix: &str, partitions: u32) -> anyhow::Result<Self> {
-        let conn = match url.strip_prefix("redis+cluster://") {
-            Some(nodes) => {
-                let nodes: Vec<String> = nodes.split(',').map(|n| format!("redis://{}", n.trim())).collect();
-                let client = redis::cluster::ClusterClientBuilder::new(nodes)
-                    .connection_timeout(Duration::from_secs(2))
-                    .response_timeout(Duration::from_secs(2))
-                    .build()?;
-                Conn::Cluster(client.get_async_connection().await?)
-            }
-            None => {
-                let client = redis::Client::open(url)?;
-                let config = redis::aio::ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(Duration::from_secs(2)))
-                    .set_response_timeout(Some(Duration::from_secs(2)))
-                    .set_number_of_retries(3)
-                    .set_max_delay(Duration::from_secs(2));
-                Conn::Single(ConnectionManager::new_with_config(client, config).await?)
-            }
-        };
+        let conn = Conn::open(url).await?;
         let partitions = (0..partitions.max(1))
             .map(|k| {
                 let tag = format!("{{{prefix}:p{k}}}");

@@ -10,19 +10,19 @@
 
 use gavel_tests::guests;
 use gavel_tests::server::{Setup, TestServer, eventually};
+use gavel_tests::servers::Redis;
 use serde_json::{Value, json};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// A sidecar for flag-ratio declaring signals it does not read: the
 /// counts are the host's, whoever declares them.
 const IP_ITEMS: &str = "[[signals]]\nname = \"ip-items\"\nkey = \"context.ip\"\ncount = \"items\"\nwindow = \"1h\"\n";
 
-/// A server with link-wave (and its sidecar) besides the examples, and
-/// flag-ratio declaring `ip-items`.
-async fn start(setup: Setup) -> TestServer {
-    let dir = tempfile::tempdir().unwrap();
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir_all(&plugins).unwrap();
+/// Puts link-wave (and its sidecar) and flag-ratio's sidecar declaring
+/// `ip-items` into `plugins`.
+fn add_plugins(plugins: &Path) {
+    std::fs::create_dir_all(plugins).unwrap();
     std::fs::copy(guests::LINK_WAVE, plugins.join("link-wave.wasm")).unwrap();
     std::fs::copy(
         gavel_tests::repo_root().join("plugins/link-wave.toml"),
@@ -30,7 +30,34 @@ async fn start(setup: Setup) -> TestServer {
     )
     .unwrap();
     std::fs::write(plugins.join("flag-ratio.toml"), IP_ITEMS).unwrap();
-    TestServer::start_in(dir, setup, |_| {}).await
+}
+
+/// A server with link-wave besides the examples, and flag-ratio declaring
+/// `ip-items`.
+async fn start(setup: Setup) -> TestServer {
+    start_with(setup, |_| {}).await
+}
+
+async fn start_with(setup: Setup, tweak: impl FnOnce(&mut gavel::config::Config)) -> TestServer {
+    let dir = tempfile::tempdir().unwrap();
+    add_plugins(&dir.path().join("plugins"));
+    TestServer::start_in(dir, setup, tweak).await
+}
+
+/// A second process on the first one's store and Redis, with its own data
+/// directory and the same plugins.
+async fn second_server(first: &TestServer) -> TestServer {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    for (name, path) in gavel_tests::example_rust_plugins() {
+        std::fs::create_dir_all(&plugins).unwrap();
+        std::fs::copy(path, plugins.join(format!("{name}.wasm"))).unwrap();
+    }
+    add_plugins(&plugins);
+    let mut config = first.config.clone();
+    config.plugin_dir = plugins;
+    config.data_dir = dir.path().join("data");
+    TestServer::serve(dir, first.setup, config, |_| {}).await
 }
 
 /// `GET /v1/signals/{name}?client=&key=`.
@@ -265,6 +292,53 @@ async fn a_link_wave_is_held_and_its_backtest_is_faithful(setup: Setup) {
     s.stop().await.unwrap();
 }
 
+/// S3: many processes share one count in Redis: items created through
+/// two processes add up in both; Redis killed and restarted empty, the
+/// counts are rebuilt from PostgreSQL (by one process), and counting goes
+/// on from there.
+async fn processes_share_counts_and_rebuild_them_when_redis_loses_them(setup: Setup) {
+    assert_eq!(setup, Setup::Distributed);
+    let redis = Redis::start();
+    let a = start_with(setup, |c| c.redis_url = Some(redis.url())).await;
+    let b = second_server(&a).await;
+    complete(&a).await;
+    complete(&b).await;
+    for (i, s) in [&a, &b, &a, &b, &b].into_iter().enumerate() {
+        let (status, r) = s.submit_as(&s.client, &item(&format!("p{i}"), "10.0.0.1"), None).await;
+        assert_eq!(status, 202, "{r}");
+    }
+    // One config, one set of tokens: both processes' `web` is one client.
+    assert_eq!(value(&a, "ip-items", "web", "10.0.0.1").await, 5);
+    assert_eq!(value(&b, "ip-items", "web", "10.0.0.1").await, 5);
+
+    redis.kill();
+    redis.restart();
+    eventually(
+        "the counts are rebuilt after Redis lost them",
+        Duration::from_secs(30),
+        async || {
+            let r = a
+                .get("/v1/signals/ip-items", &a.moderator)
+                .query(&[("client", "web"), ("key", "10.0.0.1")])
+                .send()
+                .await
+                .unwrap();
+            if r.status() != 200 {
+                return false;
+            }
+            let r: Value = r.json().await.unwrap();
+            r["complete"] == true && r["value"] == 5
+        },
+    )
+    .await;
+    assert_eq!(value(&b, "ip-items", "web", "10.0.0.1").await, 5);
+    let (status, _) = b.submit_as(&b.client, &item("p9", "10.0.0.1"), None).await;
+    assert_eq!(status, 202);
+    assert_eq!(value(&a, "ip-items", "web", "10.0.0.1").await, 6);
+    b.stop().await.unwrap();
+    a.stop().await.unwrap();
+}
+
 /// Starts a backtest and waits for it to end; returns its record.
 async fn backtest(s: &TestServer, body: Value) -> Value {
     let r = s.post("/v1/backtests", &s.moderator).json(&body).send().await.unwrap();
@@ -286,3 +360,5 @@ gavel_tests::both!(
     each_item_is_counted_once_and_rebuilt_from_the_record,
     a_link_wave_is_held_and_its_backtest_is_faithful,
 );
+gavel_tests::matrix!([cluster: Cluster] a_link_wave_is_held_and_its_backtest_is_faithful);
+gavel_tests::matrix!([two_processes: Distributed] processes_share_counts_and_rebuild_them_when_redis_loses_them);
