@@ -12,6 +12,7 @@ mod lists;
 mod micro;
 mod replay;
 mod report;
+mod signals;
 mod standing;
 mod system;
 
@@ -71,7 +72,7 @@ fn main() -> anyhow::Result<()> {
             // this process; the rest measure a server (B14 its list matchers
             // in this process too).
             let servers = [
-                "B3", "B4", "B5", "B7", "B8", "B9", "B10", "B11", "B12", "B13", "B14", "B16",
+                "B3", "B4", "B5", "B7", "B8", "B9", "B10", "B11", "B12", "B13", "B14", "B16", "B17",
             ];
             anyhow::ensure!(
                 gavel.is_file() || !servers.iter().any(|id| wants(id)),
@@ -123,6 +124,10 @@ fn main() -> anyhow::Result<()> {
             if wants("B13") {
                 eprintln!("B13: author standing, off and on…");
                 figures.extend(standing::b13(&gavel, sizes).await?);
+            }
+            if wants("B17") {
+                eprintln!("B17: entity signals, three declared and none…");
+                figures.extend(signals::b17(&gavel, sizes).await?);
             }
             if wants("B14") {
                 eprintln!("B14: lists of 100,000 entries: compiling, and one lookup…");

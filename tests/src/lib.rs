@@ -75,6 +75,7 @@ pub fn example_plugins() -> Vec<(&'static str, PathBuf)> {
     let root = repo_root();
     vec![
         (guests::LINK_SPAM, root.join("plugins/link-spam/cases.json")),
+        (guests::LINK_WAVE, root.join("plugins/link-wave/cases.json")),
         (guests::DUPLICATE_BURST, root.join("plugins/duplicate-burst/cases.json")),
         (guests::FLAG_RATIO, root.join("plugins/flag-ratio/cases.json")),
         (guests::BANNED_TERMS, root.join("plugins/banned-terms/cases.json")),
@@ -121,7 +122,8 @@ pub fn evaluate_spec(engine: &RuleEngine, plugin: &LoadedPlugin, spec: &Snapshot
 }
 
 /// Evaluates `plugin` on a `cases.json` case as `gavel plugin test` does:
-/// the case's lists, if it gives any, answer the rule's list calls.
+/// the case's lists, if it gives any, answer the rule's list calls, and its
+/// `snapshot.signals` its signal calls.
 pub fn evaluate_case(engine: &RuleEngine, plugin: &LoadedPlugin, case: &gavel_plugin_sdk::spec::Case) -> Evaluation {
     gavel::cli::evaluate_case(engine, plugin, case).unwrap_or_else(|e| panic!("{}: {e:#}", case.name))
 }

@@ -87,6 +87,7 @@ pub fn render(report: &Report) -> String {
                     (header(report))
                     (sample(&report.sample))
                     (fidelity(report.fidelity))
+                    (recomputed(&report.recomputed_signals))
                     (matrix_section(
                         "verdicts",
                         "Verdicts: incumbent → candidate",
@@ -230,6 +231,24 @@ fn fidelity(f: Option<Fidelity>) -> Markup {
                     "Replayed evaluations whose stored decision was made by the candidate's own digest, and how many "
                     "it decided identically (outcome, verdict, score, labels, reason). Below 100 %, replay does not "
                     "reproduce history, and the figures below are less trustworthy."
+                }
+            }
+        }
+    }
+}
+
+/// The signals whose values were recomputed from stored items, if any.
+fn recomputed(r: &std::collections::BTreeMap<String, u64>) -> Markup {
+    html! {
+        @if !r.is_empty() {
+            section #recomputed-signals {
+                h2 { "Recomputed signals" }
+                ul {
+                    @for (name, n) in r { li { code { (name) } ": " (n) " snapshots" } }
+                }
+                p.hint {
+                    "The candidate declares these entity signals and the stored snapshots did not carry them: their "
+                    "values were recomputed from the stored items at each snapshot's time, not read as the rules saw them."
                 }
             }
         }

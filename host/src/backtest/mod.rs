@@ -22,6 +22,7 @@ pub mod html;
 mod lists;
 mod replay;
 pub mod report;
+mod signals;
 
 pub use lists::{CandidateList, CandidateListError, GivenList, ListRef, MAX_CANDIDATE_LISTS, candidate_lists};
 pub use replay::{ItemReplay, MAX_REPLAYED_EVALUATIONS, ReplayPage, ReplayedDecision, ReplayedEvaluation, replay_item};

@@ -396,6 +396,10 @@ pub(super) struct Tally {
     /// without a moderator decision are not kept).
     moderators: HashMap<String, ModeratorView>,
     reviewed: HashMap<String, Reviewed>,
+    /// Values of signals the candidates declare that stored snapshots do
+    /// not carry, and how many were recomputed, by signal.
+    recompute: Option<super::signals::Recompute>,
+    recomputed: BTreeMap<String, u64>,
     cancel: Cancel,
 }
 
@@ -430,6 +434,14 @@ impl Tally {
             incumbents: BTreeSet::new(),
             moderators: HashMap::new(),
             reviewed: HashMap::new(),
+            recompute: super::signals::Recompute::for_specs(
+                &candidates
+                    .plugins
+                    .iter()
+                    .flat_map(|c| &c.plugin.signals)
+                    .collect::<Vec<_>>(),
+            ),
+            recomputed: BTreeMap::new(),
             cancel,
         }
     }
@@ -524,6 +536,7 @@ impl Tally {
                 Err(reason) => self.skip(reason),
             }
         }
+        self.recompute_signals(store, &mut prepared).await?;
         // Only the items replayed here: a unit skipped above keeps no state.
         let mut items: Vec<&str> = prepared.iter().map(|p| p.item_id.as_str()).collect();
         items.sort_unstable();
@@ -649,6 +662,74 @@ impl Tally {
             spec: spec.ok_or("phase not declared by the candidate")?,
             replays,
         })
+    }
+
+    /// Gives each replay the values of the signals its candidate declares
+    /// that its stored snapshot does not carry, recomputed from the stored
+    /// items at the snapshot's time (see `backtest/signals.rs`).
+    async fn recompute_signals(&mut self, store: &dyn BacktestStore, prepared: &mut [Prepared]) -> StoreResult<()> {
+        let Some(recompute) = self.recompute.as_mut() else {
+            return Ok(());
+        };
+        let missing = |plugin: &RegisteredPlugin, stored: &Stored| -> Vec<String> {
+            plugin
+                .signals
+                .iter()
+                .filter(|s| !stored.signals.contains_key(&s.name))
+                .map(|s| s.name.clone())
+                .collect()
+        };
+        let candidates = &self.candidates;
+        let wanting: Vec<&str> = prepared
+            .iter()
+            .filter(|p| {
+                p.replays
+                    .iter()
+                    .any(|r| !missing(&candidates[r.candidate].plugin, &r.snapshot).is_empty())
+            })
+            .map(|p| p.item_id.as_str())
+            .collect();
+        if wanting.is_empty() {
+            return Ok(());
+        }
+        let clients: HashMap<String, String> = store
+            .items(&wanting)
+            .await?
+            .into_iter()
+            .map(|i| (i.id, i.client))
+            .collect();
+        for p in prepared.iter_mut() {
+            let Some(client) = clients.get(&p.item_id) else {
+                continue;
+            };
+            for r in &mut p.replays {
+                let plugin = &candidates[r.candidate].plugin;
+                let mut stored: Vec<&mut Stored> = vec![&mut r.snapshot];
+                if let Some(Some(sync)) = &mut r.sync {
+                    stored.push(&mut sync.snapshot);
+                }
+                for s in stored {
+                    for name in missing(plugin, s) {
+                        let item = &s.snapshot.item;
+                        let context: serde_json::Map<String, serde_json::Value> = item
+                            .context
+                            .iter()
+                            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+                            .collect();
+                        let view = crate::domain::signals::SignalItem {
+                            author: &item.author,
+                            text: &item.text,
+                            context: &context,
+                        };
+                        let now = s.snapshot.now_ms as Millis;
+                        let values = recompute.values(store, &name, client, &view, now).await?;
+                        Arc::make_mut(&mut s.signals).insert(name.clone(), values);
+                        *self.recomputed.entry(name).or_default() += 1;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Reads what moderators did to `items` not seen in an earlier chunk.
@@ -911,6 +992,7 @@ impl Tally {
                 incumbent: (!self.incumbent_us.is_empty()).then(|| percentiles(self.incumbent_us)),
             },
             fidelity: (self.fidelity.checked > 0).then_some(self.fidelity),
+            recomputed_signals: self.recomputed,
             started_at_ms,
             elapsed_ms,
         }

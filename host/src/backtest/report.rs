@@ -172,6 +172,11 @@ pub struct Report {
     pub latency_us: Latencies,
     /// Present when the candidate's digest has stored decisions among the replayed.
     pub fidelity: Option<Fidelity>,
+    /// Entity signals a candidate declares that the stored snapshots did
+    /// not carry (new since they were judged): how many snapshots got
+    /// values recomputed from the stored items, by signal. Every other
+    /// value is the one stored with the snapshot, as the rules saw it.
+    pub recomputed_signals: BTreeMap<String, u64>,
     /// When the run started and how long it took.
     pub started_at_ms: i64,
     pub elapsed_ms: u64,

@@ -43,6 +43,9 @@ struct ItemPage {
     decisions_before: Option<i64>,
     /// The oldest decision shown, when older ones are stored.
     older_decisions: Option<i64>,
+    /// The entity signals the newest stored snapshot carried, and when it
+    /// was judged.
+    signals: Option<(Millis, crate::domain::signals::SignalValues)>,
 }
 
 async fn load(state: &AppState, id: &str, decisions_before: Option<i64>) -> Result<ItemPage, PageError> {
@@ -79,6 +82,7 @@ async fn load(state: &AppState, id: &str, decisions_before: Option<i64>) -> Resu
         None
     };
     let claim = state.store.claim_of(id).await?;
+    let signals = signals_judged(state, &details).await?;
     Ok(ItemPage {
         details,
         deliveries,
@@ -87,7 +91,59 @@ async fn load(state: &AppState, id: &str, decisions_before: Option<i64>) -> Resu
         claim,
         decisions_before,
         older_decisions,
+        signals,
     })
+}
+
+/// The signal values of the newest evaluation shown whose stored
+/// snapshot carried any (its sync phase may have read none), and when it
+/// was judged.
+async fn signals_judged(
+    state: &AppState,
+    details: &ItemDetails,
+) -> Result<Option<(Millis, crate::domain::signals::SignalValues)>, PageError> {
+    let mut newest: Vec<(&str, Millis)> = Vec::new();
+    for d in details.decisions.iter().rev() {
+        if let Some(digest) = d.snapshot_digest.as_deref()
+            && !newest.iter().any(|(x, _)| *x == digest)
+        {
+            newest.push((digest, d.created_at));
+        }
+        if newest.len() == 4 {
+            break;
+        }
+    }
+    if newest.is_empty() {
+        return Ok(None);
+    }
+    let digests: Vec<&str> = newest.iter().map(|(d, _)| *d).collect();
+    let docs = state.store.input_docs(&digests).await?;
+    Ok(newest.into_iter().find_map(|(digest, at)| {
+        let spec: gavel_plugin_sdk::spec::SnapshotSpec = serde_json::from_slice(docs.get(digest)?).ok()?;
+        (!spec.signals.is_empty()).then_some((at, spec.signals))
+    }))
+}
+
+/// The signals the item's newest stored evaluation read.
+fn signals_panel(signals: &Option<(Millis, crate::domain::signals::SignalValues)>, now: Millis) -> Markup {
+    html! {
+        @if let Some((at, values)) = signals {
+            h3 { "Signals" }
+            p.hint { "as the rules read them, " (when(*at, now)) }
+            ul #signals {
+                @for (name, keys) in values {
+                    li data-signal=(name) {
+                        strong { (name) } ": "
+                        @if keys.is_empty() { span.hint { "no key in this item" } }
+                        @for (i, (key, value)) in keys.iter().enumerate() {
+                            @if i > 0 { ", " }
+                            code { (key) } " " span.value { (value) }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// `GET /console/items/{id}`.
@@ -152,6 +208,7 @@ fn render(
                         @for (name, value) in &page.details.counters { li { (name) ": " (value) } }
                         @if page.details.counters.is_empty() { li.hint { "no events yet" } }
                     }
+                    (signals_panel(&page.signals, now))
                 }
                 (author_panel(&page.author, page.standing.as_ref(), &item.id, now))
             }

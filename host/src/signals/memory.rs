@@ -46,8 +46,8 @@ impl KeyCounts {
     }
 }
 
-/// One signal's counts.
-pub(super) struct MemoryCounts {
+/// One signal's counts, in this process (public for the benchmarks).
+pub struct MemoryCounts {
     spec: SignalSpec,
     window: Window,
     /// `client \0 key` → counts.
@@ -57,14 +57,14 @@ pub(super) struct MemoryCounts {
 
 /// What a sweep found and did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Swept {
+pub struct Swept {
     pub keys: usize,
     pub bytes: usize,
     pub evicted: usize,
 }
 
 impl MemoryCounts {
-    pub(super) fn new(spec: SignalSpec, max_keys: usize) -> Self {
+    pub fn new(spec: SignalSpec, max_keys: usize) -> Self {
         MemoryCounts {
             window: spec.window(),
             spec,
@@ -73,7 +73,7 @@ impl MemoryCounts {
         }
     }
 
-    pub(super) fn spec(&self) -> &SignalSpec {
+    pub fn spec(&self) -> &SignalSpec {
         &self.spec
     }
 
@@ -85,7 +85,7 @@ impl MemoryCounts {
 
     /// Adds an item's observations (from [`SignalSpec::observations`])
     /// made at `at_ms`; returns how many keys were dropped to make room.
-    pub(super) fn add(&self, client: &str, at_ms: i64, observations: &[(String, Option<String>)]) -> usize {
+    pub fn add(&self, client: &str, at_ms: i64, observations: &[(String, Option<String>)]) -> usize {
         let bucket = self.window.bucket(at_ms);
         let mut evicted = 0;
         for (key, value) in observations {
@@ -122,7 +122,7 @@ impl MemoryCounts {
     }
 
     /// The value of each of `keys` (of `client`) at `now_ms`.
-    pub(super) fn values(&self, client: &str, keys: &[String], now_ms: i64) -> Vec<u64> {
+    pub fn values(&self, client: &str, keys: &[String], now_ms: i64) -> Vec<u64> {
         let range = self.window.range(now_ms);
         keys.iter()
             .map(|key| {
@@ -155,7 +155,7 @@ impl MemoryCounts {
 
     /// Drops keys whose window has passed at `now_ms`, and counts what is
     /// left.
-    pub(super) fn sweep(&self, now_ms: i64) -> Swept {
+    pub fn sweep(&self, now_ms: i64) -> Swept {
         let oldest_live = *self.window.range(now_ms).start();
         let mut swept = Swept::default();
         for shard in &self.shards {
@@ -169,7 +169,7 @@ impl MemoryCounts {
 
     /// Drops about `fraction` of the keys, those updated least recently;
     /// returns how many.
-    pub(super) fn shed(&self, fraction: f64) -> usize {
+    pub fn shed(&self, fraction: f64) -> usize {
         self.shards
             .iter()
             .map(|shard| {

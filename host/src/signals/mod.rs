@@ -25,8 +25,8 @@ use crate::domain::signals::{SignalItem, SignalSpec, SignalValues, SignalsConfig
 use crate::metrics::{KindLabel, Metrics, SignalLabel};
 use crate::rules::{RegisteredPlugin, Registry};
 use crate::store::{Item, SharedStore};
-use memory::MemoryCounts;
-use redis::RedisCounts;
+pub use memory::{MemoryCounts, Swept};
+pub use redis::RedisCounts;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -496,7 +496,7 @@ impl Signals {
         if memory.is_empty() {
             return;
         }
-        let mut swept: Vec<memory::Swept> = memory.iter().map(|(_, c)| c.sweep(now)).collect();
+        let mut swept: Vec<Swept> = memory.iter().map(|(_, c)| c.sweep(now)).collect();
         let mut total: usize = swept.iter().map(|s| s.bytes).sum();
         // Over the memory bound: shed the least recent keys of every
         // signal, in proportion, until under it.

@@ -10,8 +10,8 @@ use crate::domain::signals::{BUCKETS_PER_WINDOW, Count, SignalSpec, Window};
 use redis::AsyncCommands;
 use sha2::{Digest, Sha256};
 
-/// One signal's counts in Redis.
-pub(super) struct RedisCounts {
+/// One signal's counts in Redis (public for the tests).
+pub struct RedisCounts {
     spec: SignalSpec,
     window: Window,
     conn: RedisConn,
@@ -20,6 +20,11 @@ pub(super) struct RedisCounts {
 }
 
 impl RedisCounts {
+    /// Connects to `url` for one signal's counts under `prefix`.
+    pub async fn open(spec: SignalSpec, url: &str, prefix: &str) -> anyhow::Result<Self> {
+        Ok(Self::new(spec, RedisConn::open(url).await?, prefix))
+    }
+
     pub(super) fn new(spec: SignalSpec, conn: RedisConn, prefix: &str) -> Self {
         let definition = serde_json::to_vec(&spec).expect("a signal serializes");
         let digest = hex::encode(&Sha256::digest(&definition)[..8]);
@@ -57,7 +62,7 @@ impl RedisCounts {
 
     /// Adds an item's observations made at `at_ms`: one pipeline per key
     /// (its buckets share a slot), side by side.
-    pub(super) async fn add(
+    pub async fn add(
         &self,
         client: &str,
         at_ms: i64,
@@ -91,7 +96,7 @@ impl RedisCounts {
     }
 
     /// The value of each of `keys` (of `client`) at `now_ms`.
-    pub(super) async fn values(&self, client: &str, keys: &[String], now_ms: i64) -> redis::RedisResult<Vec<u64>> {
+    pub async fn values(&self, client: &str, keys: &[String], now_ms: i64) -> redis::RedisResult<Vec<u64>> {
         let range = self.window.range(now_ms);
         let reads = keys.iter().map(|key| {
             let tag = self.tag(client, key);

@@ -181,11 +181,11 @@ pub trait ItemStore:
 {
 }
 
-/// What a backtest reads: stored history, and the lists' versions its
-/// replays answer from.
-pub trait BacktestStore: History + Lists {}
+/// What a backtest reads: stored history, the lists' versions its replays
+/// answer from, and the items a new signal's values are recomputed from.
+pub trait BacktestStore: History + Lists + Items {}
 
-impl<T: History + Lists + ?Sized> BacktestStore for T {}
+impl<T: History + Lists + Items + ?Sized> BacktestStore for T {}
 
 impl<T> ItemStore for T where
     T: Backend

@@ -47,7 +47,7 @@ impl Rule for LinkWave {
             Some((domain, authors)) if *authors > max => {
                 let score = (*authors as f32 / (2 * max).max(1) as f32).min(1.0);
                 Ok(Decision::hold(format!(
-                    "{authors} new accounts posted links to {domain} in the last 10 minutes (more than {max})"
+                    "{authors} accounts (signal {signal}) posted links to {domain} (more than {max})"
                 ))
                 .label("link-wave")
                 .score(score))
