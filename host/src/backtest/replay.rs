@@ -716,11 +716,7 @@ impl Tally {
                             .iter()
                             .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
                             .collect();
-                        let view = crate::domain::signals::SignalItem {
-                            author: &item.author,
-                            text: &item.text,
-                            context: &context,
-                        };
+                        let view = crate::domain::signals::SignalItem::new(&item.author, &item.text, &context);
                         let now = s.snapshot.now_ms as Millis;
                         let values = recompute.values(store, &name, client, &view, now).await?;
                         Arc::make_mut(&mut s.signals).insert(name.clone(), values);

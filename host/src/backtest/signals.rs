@@ -65,11 +65,7 @@ impl Recompute {
                     Ok(serde_json::Value::Object(map)) => map,
                     _ => serde_json::Map::new(),
                 };
-                let view = SignalItem {
-                    author: &item.author,
-                    text: &item.body,
-                    context: &context,
-                };
+                let view = SignalItem::new(&item.author, &item.body, &context);
                 for c in &self.counts {
                     let observations = c.spec().observations(&view);
                     c.add(&item.client, item.created_at, &observations);

@@ -266,15 +266,26 @@ impl Window {
 }
 
 /// What signals read of an item.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct SignalItem<'a> {
-    pub author: &'a str,
-    pub text: &'a str,
+    author: &'a str,
+    text: &'a str,
     /// The item's `context` object.
-    pub context: &'a serde_json::Map<String, serde_json::Value>,
+    context: &'a serde_json::Map<String, serde_json::Value>,
+    /// The text's link domains, found once however many signals key by them.
+    links: std::sync::OnceLock<Vec<String>>,
 }
 
-impl SignalItem<'_> {
+impl<'a> SignalItem<'a> {
+    pub fn new(author: &'a str, text: &'a str, context: &'a serde_json::Map<String, serde_json::Value>) -> Self {
+        SignalItem {
+            author,
+            text,
+            context,
+            links: std::sync::OnceLock::new(),
+        }
+    }
+
     fn context(&self, name: &str) -> Option<String> {
         match self.context.get(name)? {
             serde_json::Value::String(s) => Some(s.clone()),
@@ -288,7 +299,7 @@ impl SignalItem<'_> {
     pub fn values(&self, field: &Field) -> Vec<String> {
         let mut out = match field {
             Field::Author => vec![self.author.to_string()],
-            Field::LinkDomain => link_domains(self.text),
+            Field::LinkDomain => self.links.get_or_init(|| link_domains(self.text)).clone(),
             Field::Context(name) => self.context(name).into_iter().collect(),
         };
         for v in &mut out {
@@ -423,11 +434,11 @@ mod tests {
     fn observations_follow_the_key_the_count_and_the_filter() {
         let mut s = SignalSpec::parse(&decl("link-domain", "distinct author", "10m")).unwrap();
         let context = serde_json::json!({"account_age_days": 2, "ip": "10.0.0.1"});
-        let item = SignalItem {
-            author: "u1",
-            text: "https://x.example/a https://y.example https://x.example/b",
-            context: context.as_object().unwrap(),
-        };
+        let item = SignalItem::new(
+            "u1",
+            "https://x.example/a https://y.example https://x.example/b",
+            context.as_object().unwrap(),
+        );
         assert_eq!(
             s.observations(&item),
             vec![

@@ -285,11 +285,7 @@ impl Signals {
             return;
         }
         let context = parse_context(&item.context);
-        let view = SignalItem {
-            author: &item.author,
-            text: &item.body,
-            context: &context,
-        };
+        let view = SignalItem::new(&item.author, &item.body, &context);
         for t in tracked
             .iter()
             .filter(|t| item.created_at >= t.since.load(Ordering::Acquire))
@@ -337,11 +333,7 @@ impl Signals {
                 .any(|p| p.runs_in(phase) && p.signals.iter().any(|s| s.name == name))
         };
         let context = parse_context(context);
-        let view = SignalItem {
-            author,
-            text,
-            context: &context,
-        };
+        let view = SignalItem::new(author, text, &context);
         let mut out = SignalValues::new();
         for t in tracked.iter().filter(|t| declared(&t.spec().name)) {
             let spec = t.spec();
@@ -434,11 +426,7 @@ impl Signals {
             };
             for item in &page {
                 let context = parse_context(&item.context);
-                let view = SignalItem {
-                    author: &item.author,
-                    text: &item.body,
-                    context: &context,
-                };
+                let view = SignalItem::new(&item.author, &item.body, &context);
                 for t in fresh.iter().filter(|t| item.created_at < since_of(t)) {
                     let observations = t.spec().observations(&view);
                     // Redis unreachable mid-rebuild: try the item again.

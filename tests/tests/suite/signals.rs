@@ -247,17 +247,19 @@ async fn a_link_wave_is_held_and_its_backtest_is_faithful(setup: Setup) {
                 .unwrap_or_else(|| panic!("no {plugin} decision: {decisions:#}"))
                 .clone()
         };
-        (of("link-wave"), of("link-spam"))
+        (of("link-wave"), of("link-spam"), id)
     };
     let mut held = Vec::new();
+    let mut last = String::new();
     for i in 1..=8 {
-        let (wave, spam) = post(
+        let (wave, spam, id) = post(
             &format!("fresh{i}"),
             &format!("great deal https://www.shop.example/p/{i}"),
             1,
         )
         .await;
         assert_eq!(spam["verdict"], "allow", "no per-item rule catches it: {spam}");
+        last = id;
         if wave["verdict"] == "hold" {
             held.push(i);
             assert!(
@@ -269,16 +271,22 @@ async fn a_link_wave_is_held_and_its_backtest_is_faithful(setup: Setup) {
         }
         if i == 3 {
             // An old account linking the same shop: allowed, and not counted.
-            let (wave, _) = post("veteran", "I like https://shop.example too", 400).await;
+            let (wave, _, _) = post("veteran", "I like https://shop.example too", 400).await;
             assert_eq!(wave["verdict"], "allow", "{wave}");
             // Another domain is another key.
-            let (wave, _) = post("fresh1", "and https://other.example", 1).await;
+            let (wave, _, _) = post("fresh1", "and https://other.example", 1).await;
             assert_eq!(wave["verdict"], "allow", "{wave}");
         }
     }
     assert_eq!(held, [6, 7, 8], "more than five new authors: held");
     assert_eq!(value(&s, "domain-new-authors", "web", "shop.example").await, 8);
     assert_eq!(value(&s, "domain-new-authors", "web", "other.example").await, 1);
+    // The console's item page shows what the evaluation read.
+    let html = super::console::page_html(&s, &format!("/console/items/{last}")).await;
+    assert!(
+        html.contains(r#"<li data-signal="domain-new-authors"><strong>domain-new-authors</strong>: <code>shop.example</code> <span class="value">8</span></li>"#),
+        "{html}"
+    );
 
     let record = backtest(&s, json!({"candidate": "link-wave", "all": true})).await;
     let report = &record["report"];
