@@ -91,12 +91,7 @@ pub async fn get_one(
 ) -> Result<Json<SignalReading>, ApiError> {
     validate::path_id("name", &name)?;
     for (field, value) in [("client", &q.client), ("key", &q.key)] {
-        if value.is_empty() || value.len() > 256 {
-            return Err(ApiError::bad_request(
-                "invalid_query",
-                format!("{field} must be 1-256 bytes"),
-            ));
-        }
+        validate::identifier(field, value, 256).map_err(|e| ApiError::bad_request("invalid_query", e.message))?;
     }
     let reading = state.signals.reading(&name, &q.client, &q.key).await.map_err(|e| {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "signals_unavailable", e.to_string()).retry_after(1)
