@@ -836,6 +836,7 @@ mod tests {
                 checked: 200,
                 identical: 199,
             }),
+            recomputed_signals: BTreeMap::from([("domain-authors".to_string(), 480)]),
             started_at_ms: 1_796_195_800_000,
             elapsed_ms: 12_345,
         }
@@ -862,6 +863,7 @@ mod tests {
             outcomes: BTreeMap::new(),
             latency_us: Latencies::default(),
             fidelity: Some(Fidelity::default()),
+            recomputed_signals: BTreeMap::new(),
             started_at_ms: 0,
             elapsed_ms: 0,
         }
@@ -924,6 +926,11 @@ mod tests {
             "the candidate list"
         );
         assert!(page.contains("9c1e00001111<"));
+        assert!(
+            page.contains("<li><code>domain-authors</code>: 480 snapshots</li>"),
+            "the recomputed signals"
+        );
+        assert!(!render(&empty_report()).contains("recomputed-signals"));
     }
 
     #[test]

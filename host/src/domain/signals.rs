@@ -345,10 +345,11 @@ pub fn link_domains(text: &str) -> Vec<String> {
             Some(v6) => v6.split(']').next().unwrap_or(""),
             None => host.split(':').next().unwrap_or(""),
         };
-        if let Some(domain) = registrable(host.trim_end_matches(['.', ',', ';', '!'])) {
-            if out.len() < MAX_KEYS_PER_ITEM && !out.contains(&domain) {
-                out.push(domain);
-            }
+        if let Some(domain) = registrable(host.trim_end_matches(['.', ',', ';', '!']))
+            && out.len() < MAX_KEYS_PER_ITEM
+            && !out.contains(&domain)
+        {
+            out.push(domain);
         }
     }
     out
