@@ -198,8 +198,9 @@ fn constrain_parameters(operation: &mut Operation) {
                 schema.pattern = Some(super::lists::LIST_NAME_PATTERN.into());
             }
             // Item ids, authors and provider names; numeric ids carry their
-            // own type. An author's client is a token name.
-            (ParameterIn::Path, _) | (ParameterIn::Query, "client") if schema.format.is_none() => {
+            // own type. An author's or a signal's client is a token name,
+            // a signal's key an identifier too.
+            (ParameterIn::Path, _) | (ParameterIn::Query, "client" | "key") if schema.format.is_none() => {
                 schema.min_length = Some(1);
                 schema.max_length = Some(256);
                 schema.pattern = Some(IDENTIFIER_PATTERN.into());

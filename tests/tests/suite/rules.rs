@@ -91,9 +91,20 @@ fn the_shouting_twins_agree_case_for_case() {
 #[test]
 fn every_evaluation_is_stamped_with_name_version_and_file_digest() {
     let engine = shared_engine();
+    // link-wave reads the signal its sidecar declares: given here, empty.
+    let signals = std::sync::Arc::new(gavel::rules::SignalValues::from([(
+        "domain-new-authors".to_string(),
+        Default::default(),
+    )]));
     for (wasm, plugin, _) in loaded_examples() {
-        let e = run(engine, plugin, &snapshot("hello", &[]));
-        assert_eq!(e.outcome, Outcome::Ok);
+        let inputs = gavel::rules::CallInputs {
+            lists: None,
+            signals: Some(&signals),
+        };
+        let e = engine
+            .evaluate_from(plugin, &snapshot("hello", &[]), inputs)
+            .expect("the host runs the evaluation");
+        assert_eq!(e.outcome, Outcome::Ok, "{}: {:?}", plugin.info.name, e.error);
         assert_eq!(e.plugin.name, plugin.info.name);
         // The versions the examples declare: link-spam and shouting changed
         // when they began to read the author's standing, banned-terms,
