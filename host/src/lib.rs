@@ -138,7 +138,7 @@ pub async fn serve_with_metrics(
             .map(|url| (url, config.redis_prefix.as_str())),
     )
     .await?;
-    signals.specs();
+    signals.start();
     tasks.spawn(signals.clone().sweep_loop(cancel.clone()));
 
     let worker = worker::Worker::new(worker::WorkerParts {

@@ -341,6 +341,30 @@ impl TestServer {
         }
     }
 
+    /// Starts a backtest (`POST /v1/backtests` with `body`, as the
+    /// moderator) and waits for it to end (120 s at most); returns its
+    /// record, after checking it ended `done`.
+    pub async fn backtest(&self, body: Value) -> Value {
+        let r = self
+            .post("/v1/backtests", &self.moderator)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 202, "{}", r.text().await.unwrap());
+        let id = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let record = self.get_json(&format!("/v1/backtests/{id}"), &self.moderator).await;
+            if record["status"] != "running" {
+                assert_eq!(record["status"], "done", "{record:#}");
+                return record;
+            }
+            assert!(Instant::now() < deadline, "backtest never ended: {record:#}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Waits until the item has no evaluation pending and returns it.
     pub async fn settled(&self, id: &str) -> Value {
         self.wait_for(id, |i| i["needs_eval_since"].is_null() && i["status"] != "pending_scan")

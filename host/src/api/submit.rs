@@ -228,12 +228,7 @@ async fn sync_rules(state: &AppState, items: Vec<NewItem>) -> Vec<SyncOutcome> {
     let signals: Vec<_> = match signals.into_iter().collect::<Result<Vec<_>, _>>() {
         Ok(s) => s,
         Err(e) => {
-            state
-                .metrics
-                .host_errors
-                .get_or_create(&crate::metrics::KindLabel { kind: "sync_phase" })
-                .inc();
-            tracing::warn!(error = %e, "sync rules skipped: signals unreadable; the async rules judge the item");
+            sync_skipped(state, "signals unreadable", &e);
             return items.iter().map(|_| SyncOutcome::default()).collect();
         }
     };
@@ -273,16 +268,23 @@ async fn sync_rules(state: &AppState, items: Vec<NewItem>) -> Vec<SyncOutcome> {
                 decisions: j.decisions(Phase::Sync, true, &state.standing),
             },
             Err(e) => {
-                state
-                    .metrics
-                    .host_errors
-                    .get_or_create(&crate::metrics::KindLabel { kind: "sync_phase" })
-                    .inc();
-                tracing::warn!(error = %e, "sync rules skipped: the host is overloaded; the async rules judge the item");
+                sync_skipped(state, "the host is overloaded", &e);
                 SyncOutcome::default()
             }
         })
         .collect()
+}
+
+/// Sync rules that could not run (`why`): counted as a host error and
+/// logged; the item is stored without them and the async rules judge it
+/// (a host failure never becomes a verdict).
+fn sync_skipped(state: &AppState, why: &str, error: &dyn std::fmt::Display) {
+    state
+        .metrics
+        .host_errors
+        .get_or_create(&crate::metrics::KindLabel { kind: "sync_phase" })
+        .inc();
+    tracing::warn!(%error, "sync rules skipped: {why}; the async rules judge the item");
 }
 
 /// What a submission's sync-phase snapshot is built from: the item as it

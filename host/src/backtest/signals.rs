@@ -61,10 +61,7 @@ impl Recompute {
         loop {
             let page = store.items_created(since, now + 1, self.after.as_deref(), PAGE).await?;
             for item in &page {
-                let context = match serde_json::from_str(&item.context) {
-                    Ok(serde_json::Value::Object(map)) => map,
-                    _ => serde_json::Map::new(),
-                };
+                let context = crate::signals::parse_context(&item.context);
                 let view = SignalItem::new(&item.author, &item.body, &context);
                 for c in &self.counts {
                     let observations = c.spec().observations(&view);

@@ -183,7 +183,7 @@ impl MemoryCounts {
             .sum()
     }
 
-    /// Every key (of `client`) with counts, for tests and the API's checks.
+    /// Keys with counts, all clients'.
     #[cfg(test)]
     fn len(&self) -> usize {
         self.shards.iter().map(|s| s.lock().unwrap().len()).sum()

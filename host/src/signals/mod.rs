@@ -386,6 +386,12 @@ impl Signals {
         }))
     }
 
+    /// Begins counting the signals the loaded plugins declare now: their
+    /// rebuild from the store starts, instead of on the first item.
+    pub fn start(self: &Arc<Self>) {
+        self.tracked();
+    }
+
     /// The signals counted now.
     pub fn specs(self: &Arc<Self>) -> Vec<SignalSpec> {
         self.tracked().iter().map(|t| t.spec().clone()).collect()
@@ -549,7 +555,7 @@ fn label(spec: &SignalSpec) -> SignalLabel {
 }
 
 /// A stored `context` (JSON text) as an object; anything else as empty.
-fn parse_context(json: &str) -> serde_json::Map<String, serde_json::Value> {
+pub(crate) fn parse_context(json: &str) -> serde_json::Map<String, serde_json::Value> {
     match serde_json::from_str(json) {
         Ok(serde_json::Value::Object(map)) => map,
         _ => serde_json::Map::new(),

@@ -43,23 +43,6 @@ async fn server(setup: Setup, all_examples: bool, tweak: impl FnOnce(&mut gavel:
     TestServer::start_in(dir, setup, tweak).await
 }
 
-/// Starts a backtest and waits for it to end; returns its record.
-async fn backtest(s: &TestServer, body: Value) -> Value {
-    let r = s.post("/v1/backtests", &s.moderator).json(&body).send().await.unwrap();
-    assert_eq!(r.status(), 202, "{}", r.text().await.unwrap());
-    let id = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let record = s.get_json(&format!("/v1/backtests/{id}"), &s.moderator).await;
-        if record["status"] != "running" {
-            assert_eq!(record["status"], "done", "{record:#}");
-            return record;
-        }
-        assert!(Instant::now() < deadline, "backtest never ended: {record:#}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 async fn settle_all(s: &TestServer, ids: &[String]) {
     for id in ids {
         s.settled(id).await;
@@ -128,7 +111,7 @@ async fn fidelity_is_exact_for_every_example_plugin(setup: Setup) {
         "shouting",
         "shouting-js",
     ] {
-        let record = backtest(&s, json!({"candidate": name, "all": true})).await;
+        let record = s.backtest(json!({"candidate": name, "all": true})).await;
         let report = &record["report"];
         let replayed = report["sample"]["replayed"].as_u64().unwrap();
         // Every stored decision of the plugin was replayed, none skipped.
@@ -203,8 +186,7 @@ async fn a_stricter_config_actions_only_the_expected_items(setup: Setup) {
     let before = statuses(&s, &ids).await;
     let delivered = receiver.accepted().len();
 
-    let record = backtest(
-        &s,
+    let record = s.backtest(
         json!({"candidate": "banned-terms", "config": {"terms": "scamcoin,free money,miracle cure,crypto"}, "all": true}),
     )
     .await;
@@ -325,11 +307,9 @@ async fn moderator_agreement_is_counted_on_known_answers(setup: Setup) {
     moderate(&c, "visible").await;
 
     // The candidate bans "crypto" instead of the shipped terms.
-    let record = backtest(
-        &s,
-        json!({"candidate": "banned-terms", "config": {"terms": "crypto"}, "all": true}),
-    )
-    .await;
+    let record = s
+        .backtest(json!({"candidate": "banned-terms", "config": {"terms": "crypto"}, "all": true}))
+        .await;
     let m = &record["report"]["moderators"];
     // Decided: a0, a1, b, c. Old combined status: a0/a1 rejected (the
     // moderator cleared them), b visible (rejected by the moderator), c
@@ -365,7 +345,7 @@ async fn expired_snapshots_are_counted_not_skipped(setup: Setup) {
         ids.push(s.submit(&format!("a{i}"), &format!("an ordinary message {i}")).await);
     }
     settle_all(&s, &ids).await;
-    let fresh = backtest(&s, json!({"candidate": "link-spam", "all": true})).await;
+    let fresh = s.backtest(json!({"candidate": "link-spam", "all": true})).await;
     let replayed = fresh["report"]["sample"]["replayed"].as_u64().unwrap();
     assert!(replayed >= 5);
     let store = s.open_store().await;
@@ -379,7 +359,7 @@ async fn expired_snapshots_are_counted_not_skipped(setup: Setup) {
     assert_eq!(pruned.snapshots as i64, docs);
     assert_eq!(store.snapshot_footprint().await.unwrap(), (0, 0));
 
-    let expired = backtest(&s, json!({"candidate": "link-spam", "all": true})).await;
+    let expired = s.backtest(json!({"candidate": "link-spam", "all": true})).await;
     let sample = &expired["report"]["sample"];
     assert_eq!(sample["replayed"], 0, "{sample:#}");
     assert_eq!(
@@ -437,7 +417,7 @@ async fn a_backtest_can_be_cancelled(setup: Setup) {
         .await
         .unwrap();
     assert_eq!(again.status(), 200, "cancelling twice is cancelling once");
-    let finished = backtest(&s, json!({"candidate": "link-spam", "sample": 5})).await;
+    let finished = s.backtest(json!({"candidate": "link-spam", "sample": 5})).await;
     assert_eq!(finished["progress"], json!({"done": 5, "total": 5}));
     let finished = finished["id"].as_str().unwrap();
     let late = s
@@ -793,7 +773,7 @@ async fn all_is_refused_past_its_bound(setup: Setup) {
     // A sample of the same window runs, and so does `all` over a window within the bound:
     // one that opens after the first eight settled (an evaluation's time, not its item's,
     // places it in a window, and the first eight may be judged after later ones arrive).
-    backtest(&s, json!({"candidate": "link-spam", "sample": 3})).await;
+    s.backtest(json!({"candidate": "link-spam", "sample": 3})).await;
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -802,7 +782,9 @@ async fn all_is_refused_past_its_bound(setup: Setup) {
     tokio::time::sleep(Duration::from_millis(5)).await;
     let later = [s.submit("b0", "an ordinary message, later").await];
     settle_all(&s, &later).await;
-    let record = backtest(&s, json!({"candidate": "link-spam", "all": true, "since_ms": since})).await;
+    let record = s
+        .backtest(json!({"candidate": "link-spam", "all": true, "since_ms": since}))
+        .await;
     let total = record["progress"]["total"].as_u64().unwrap();
     assert!((1..=5).contains(&total), "{record:#}");
     assert_eq!(record["progress"]["done"], total, "{record:#}");

@@ -790,19 +790,7 @@ async fn edited_history(setup: Setup) -> History {
 
 /// Starts a backtest and waits for it to end; returns its report.
 async fn backtest(s: &TestServer, body: Value) -> Value {
-    let r = s.post("/v1/backtests", &s.moderator).json(&body).send().await.unwrap();
-    assert_eq!(r.status(), StatusCode::ACCEPTED, "{}", r.text().await.unwrap());
-    let id = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let record = s.get_json(&format!("/v1/backtests/{id}"), &s.moderator).await;
-        if record["status"] != "running" {
-            assert_eq!(record["status"], "done", "{record:#}");
-            return record["report"].clone();
-        }
-        assert!(Instant::now() < deadline, "backtest never ended: {record:#}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    s.backtest(body).await["report"].clone()
 }
 
 /// The items of one flip bucket of a report.

@@ -288,7 +288,7 @@ async fn a_link_wave_is_held_and_its_backtest_is_faithful(setup: Setup) {
         "{html}"
     );
 
-    let record = backtest(&s, json!({"candidate": "link-wave", "all": true})).await;
+    let record = s.backtest(json!({"candidate": "link-wave", "all": true})).await;
     let report = &record["report"];
     assert_eq!(report["sample"]["replayed"], 10, "{report:#}");
     assert_eq!(
@@ -319,7 +319,7 @@ async fn a_link_wave_is_held_and_its_backtest_is_faithful(setup: Setup) {
             .any(|x| x["name"] == "domain-authors")
     })
     .await;
-    let record = backtest(&s, json!({"candidate": "link-wave", "all": true})).await;
+    let record = s.backtest(json!({"candidate": "link-wave", "all": true})).await;
     let report = &record["report"];
     assert_eq!(
         report["recomputed_signals"],
@@ -387,23 +387,6 @@ async fn processes_share_counts_and_rebuild_them_when_redis_loses_them(setup: Se
     assert_eq!(value(&a, "ip-items", "web", "10.0.0.1").await, 6);
     b.stop().await.unwrap();
     a.stop().await.unwrap();
-}
-
-/// Starts a backtest and waits for it to end; returns its record.
-async fn backtest(s: &TestServer, body: Value) -> Value {
-    let r = s.post("/v1/backtests", &s.moderator).json(&body).send().await.unwrap();
-    assert_eq!(r.status(), 202, "{}", r.text().await.unwrap());
-    let id = r.json::<Value>().await.unwrap()["id"].as_str().unwrap().to_string();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let record = s.get_json(&format!("/v1/backtests/{id}"), &s.moderator).await;
-        if record["status"] != "running" {
-            assert_eq!(record["status"], "done", "{record:#}");
-            return record;
-        }
-        assert!(Instant::now() < deadline, "backtest never ended: {record:#}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// E5 in Redis: 100,000 distinct values in one key's buckets, counted by
