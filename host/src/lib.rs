@@ -31,6 +31,7 @@
 //! - [`store`]: the source of truth (SQLite or PostgreSQL), one small trait
 //!   per capability, conditional writes.
 //! - [`config`]: layered configuration and API tokens.
+//! - [`statements`]: statements of reasons, derived from the record.
 //! - [`judge`]: running one phase's plugins on a snapshot.
 //! - [`worker`]: claiming, judging and committing batches of items; the reconciler.
 //! - [`delivery`]: the webhook dispatcher.
@@ -63,6 +64,7 @@ pub mod rules;
 pub mod secrets;
 pub mod signals;
 pub mod signing;
+pub mod statements;
 pub mod store;
 pub mod telemetry;
 pub mod worker;

@@ -73,6 +73,29 @@ pub struct SignalLabel {
     pub signal: String,
 }
 
+/// An appealed decision: its policy and the plugin version behind it
+/// (empty for a moderator's own decision).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AppealLabels {
+    pub policy: String,
+    pub plugin: String,
+    pub version: String,
+}
+
+/// [`AppealLabels`] and how the appeal ended (`upheld`, `overturned`).
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AppealOutcomeLabels {
+    pub policy: String,
+    pub plugin: String,
+    pub version: String,
+    pub outcome: &'static str,
+}
+
+fn appeal_seconds() -> Histogram {
+    // One minute to about half a year.
+    Histogram::new(exponential_buckets(60.0, 4.0, 10))
+}
+
 /// `table` label (retention).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TableLabel {
@@ -203,6 +226,14 @@ metrics! {
     signal_memory_bytes: Gauge => "signal_memory_bytes", "Estimated bytes of entity signal counts";
     /// Keys dropped before their window ended because a bound was reached.
     signal_evictions: Family<SignalLabel, Counter> => "signal_evictions", "Signal keys dropped early at a bound";
+    /// Appeals opened, by the appealed decision's policy and plugin version.
+    appeals_opened: Family<AppealLabels, Counter> => "appeals_opened", "Appeals opened, by policy and plugin version";
+    /// Appeals decided, by policy, plugin version and outcome.
+    appeals_closed: Family<AppealOutcomeLabels, Counter> => "appeals_closed", "Appeals decided, by policy, plugin version and outcome";
+    /// Seconds from an appeal's opening to its decision.
+    appeal_decision_seconds: Family<AppealLabels, Histogram>
+        = Family::<AppealLabels, Histogram>::new_with_constructor(appeal_seconds as fn() -> Histogram)
+        => "appeal_decision_seconds", "Seconds from an appeal to its decision";
 }
 
 impl Default for Metrics {

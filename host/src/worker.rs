@@ -468,6 +468,7 @@ impl Worker {
     /// never costs a coordinator round trip per item of a long backlog; a
     /// pass that reaches the end starts the next one from the beginning.
     async fn reconcile(&self, before: i64, cursor: &mut ReconcileCursor, budget: usize) {
+        self.end_timed_restrictions(now_ms()).await;
         let store = &self.parts.store;
         let mut checked = 0;
         while checked < budget {
@@ -513,6 +514,35 @@ impl Worker {
             if !full {
                 break;
             }
+        }
+    }
+
+    /// Lifts the moderators' restrictions whose time has come: items made
+    /// visible again, accounts handed back to automation. Each is one
+    /// conditional write in the store, so of several processes doing this
+    /// at once one writes each; a pass does at most a page of each.
+    async fn end_timed_restrictions(&self, now: i64) {
+        let store = &self.parts.store;
+        match store.lift_restrictions(now, RECONCILE_PAGE).await {
+            Ok(lifted) => {
+                for (item, version) in lifted {
+                    tracing::info!(item, version, "a timed restriction ended: the item is visible");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot lift ended restrictions; the next pass will"),
+        }
+        match store.end_timed_states(&self.parts.standing, now, RECONCILE_PAGE).await {
+            Ok(ended) => {
+                for (client, author, version) in ended {
+                    tracing::info!(
+                        client,
+                        author,
+                        version,
+                        "a timed account state ended: automation decides again"
+                    );
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot end timed account states; the next pass will"),
         }
     }
 

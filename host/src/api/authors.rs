@@ -67,6 +67,8 @@ pub struct AuthorView {
     pub manual: bool,
     /// `rules`, `moderator`, or `null` before the first change.
     pub decided_by: Option<AuthorActor>,
+    /// When a moderator's timed state ends (automation decides again then).
+    pub until: Option<i64>,
     /// The strike score now, derived from the decision log (never negative).
     pub strikes: f64,
     /// The window strikes count in, in milliseconds.
@@ -99,6 +101,7 @@ fn view(state: &AppState, d: AuthorDetails) -> AuthorView {
         effect,
         manual: r.decided_by == Some(AuthorActor::Moderator),
         decided_by: r.decided_by,
+        until: r.state_until,
         client: r.client,
         author: r.author,
         status: r.status,
@@ -177,6 +180,13 @@ pub struct AuthorModerationRequest {
     /// Why; kept in the audit trail.
     #[schema(max_length = 1024)]
     pub reason: String,
+    /// With `status`: when the state ends (ms since the epoch, in the
+    /// future, before 2038-01-01). gavel hands the account back to
+    /// automation then (an audited transition, cause `expiry`), unless a
+    /// moderator changed it before.
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub until: Option<i64>,
 }
 
 /// Set or clear an author's account state by hand. `If-Match: VERSION`
@@ -207,6 +217,7 @@ pub async fn moderate_author(
     let client = client_of(&caller, &q)?;
     let page = page_of(&q)?;
     validate::text("reason", &req.reason, 1024)?;
+    super::moderation::valid_until(req.until, req.status.is_some())?;
     let if_match = super::moderation::if_match(&headers, "author")?;
     let policy = &state.standing;
     if !policy.enabled {
@@ -240,6 +251,7 @@ pub async fn moderate_author(
                 reason: &req.reason,
                 correlation_id: &correlation_id,
                 now,
+                until: req.until,
             },
             policy,
         )

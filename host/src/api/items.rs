@@ -100,6 +100,9 @@ pub async fn delete_item(
             note: None,
             reason: "deleted by its author",
             correlation_id: &correlation_id,
+            policy: None,
+            until: None,
+            appeal: None,
         },
     )
     .await?;
@@ -122,12 +125,14 @@ pub async fn delete_item(
             "illegal_transition",
             format!("an item in status {from} cannot be deleted"),
         )),
-        // Only an `If-Match` asks for this answer, and a deletion sends none.
+        // Only an `If-Match` asks for this answer, and a deletion sends none;
+        // only an appeal's decision the other.
         ModerationOutcome::VersionMismatch { current } => Err(ApiError::new(
             axum::http::StatusCode::CONFLICT,
             "version_mismatch",
             format!("the item is at version {current}"),
         )),
+        ModerationOutcome::AppealStale => Err(ApiError::conflict("conflict", "the item changed; try again")),
     }
 }
 

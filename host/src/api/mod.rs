@@ -3,6 +3,7 @@
 //! [`route_table`] lists every route with who may call it, from the same
 //! builder the router is made by.
 
+mod appeals;
 mod auth;
 mod authors;
 mod backtests;
@@ -209,6 +210,38 @@ fn routes() -> Routes {
         Moderator,
         post(moderation::replay_dead_letter),
     )
+    .add(
+        Method::GET,
+        "/v1/items/{id}/statements",
+        Client,
+        get(appeals::item_statements),
+    )
+    .add(
+        Method::POST,
+        "/v1/items/{id}/appeals",
+        Client,
+        post(appeals::open_appeal),
+    )
+    .add(
+        Method::GET,
+        "/v1/items/{id}/appeals",
+        Client,
+        get(appeals::item_appeals),
+    )
+    .add(Method::GET, "/v1/appeals", Moderator, get(appeals::appeal_queue))
+    .add(
+        Method::GET,
+        "/v1/appeals/figures",
+        Moderator,
+        get(appeals::appeal_figures),
+    )
+    .add(Method::GET, "/v1/appeals/{id}", Client, get(appeals::get_appeal))
+    .add(
+        Method::POST,
+        "/v1/appeals/{id}/decision",
+        Moderator,
+        post(appeals::decide_appeal),
+    )
     .add(Method::GET, "/v1/authors/{author}", Client, get(authors::get_author))
     .add(
         Method::POST,
@@ -322,6 +355,8 @@ pub fn route_table() -> Vec<RouteInfo> {
         submit::submit, submit::submit_batch, items::get_item, items::delete_item, events::append_event, events::append_batch,
         moderation::moderate, moderation::review_queue, moderation::evaluate_now,
         moderation::dead_letters, moderation::replay_dead_letter, authors::get_author, authors::moderate_author,
+        appeals::item_statements, appeals::open_appeal, appeals::item_appeals, appeals::appeal_queue,
+        appeals::appeal_figures, appeals::get_appeal, appeals::decide_appeal,
         delivery::changes, delivery::deliveries, delivery::replay_delivery, delivery::webhook_endpoints,
         delivery::enable_endpoint, providers::callback,
         backtests::replay_item, backtests::start, backtests::list, backtests::get_one, backtests::cancel,
@@ -335,6 +370,7 @@ pub fn route_table() -> Vec<RouteInfo> {
     tags(
         (name = "items", description = "Client routes: submit content and events, read items"),
         (name = "authors", description = "Authors' account standing: a client reads its own authors"),
+        (name = "appeals", description = "Statements of reasons of restrictive decisions, and their appeals"),
         (name = "moderator", description = "Routes that need a moderator token"),
         (name = "lists", description = "Lists moderators edit at runtime, versioned (moderator token)"),
         (name = "providers", description = "Callbacks of external classifiers, signed per Standard Webhooks (HMAC-SHA256)"),

@@ -27,6 +27,55 @@ pub struct ModerationRequest {
     #[serde(default)]
     #[schema(min_length = 1, max_length = 256)]
     pub moderator: Option<String>,
+    /// The id of the `[[policies]]` entry the decision is taken under; its
+    /// statement of reasons names it. Without one, a restriction is stated
+    /// under the policy the rules' labels map to, or the default.
+    #[serde(default)]
+    #[schema(min_length = 1, max_length = 64)]
+    pub policy: Option<String>,
+    /// For `held_for_review` or `rejected`: when the restriction ends (ms
+    /// since the epoch, in the future, before 2038-01-01). gavel makes the
+    /// item visible then (an audited transition, cause `restriction_ended`)
+    /// unless a later decision replaced this one; the statement of reasons
+    /// gives the end date.
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub until: Option<i64>,
+}
+
+/// `until` checked for a decision setting `status`.
+pub(super) fn valid_until(until: Option<i64>, restricts: bool) -> Result<(), ApiError> {
+    let Some(at) = until else {
+        return Ok(());
+    };
+    if !restricts {
+        return Err(ApiError::bad_request(
+            "invalid_until",
+            "until applies to a restriction (held_for_review or rejected, for an account a state)",
+        ));
+    }
+    if at <= crate::clock::now_ms() || at >= crate::domain::statements::LATEST_END_MS {
+        return Err(ApiError::bad_request(
+            "invalid_until",
+            "until must be in the future and before 2038-01-01 (ms since the epoch)",
+        ));
+    }
+    Ok(())
+}
+
+/// `policy` checked against the configured policies.
+pub(super) fn known_policy(state: &AppState, policy: Option<&str>) -> Result<(), ApiError> {
+    let Some(id) = policy else {
+        return Ok(());
+    };
+    let policies = crate::domain::statements::Policies::new(&state.config.policies, &state.config.statements);
+    if policies.get(id).is_none() {
+        return Err(ApiError::bad_request(
+            "unknown_policy",
+            format!("no [[policies]] entry has id {id:?}"),
+        ));
+    }
+    Ok(())
 }
 
 /// The statuses `POST /v1/items/{id}/moderation` sets: a moderator's
@@ -67,6 +116,11 @@ pub async fn moderate(
     if let Some(note) = &req.moderator {
         validate::identifier("moderator", note, 256)?;
     }
+    known_policy(&state, req.policy.as_deref())?;
+    valid_until(
+        req.until,
+        matches!(req.status, ItemStatus::HeldForReview | ItemStatus::Rejected),
+    )?;
     let if_match = if_match(&headers, "item")?;
     let correlation_id = super::request_id(&headers);
     let outcome = decide(
@@ -80,6 +134,9 @@ pub async fn moderate(
             note: req.moderator.as_deref().filter(|n| *n != caller.name),
             reason: &req.reason,
             correlation_id: &correlation_id,
+            policy: req.policy.as_deref(),
+            until: req.until,
+            appeal: None,
         },
     )
     .await?;
@@ -104,6 +161,8 @@ pub async fn moderate(
             "illegal_transition",
             format!("an item in status {from} cannot become {}", req.status),
         )),
+        // Only a decision closing an appeal is answered this.
+        ModerationOutcome::AppealStale => Err(ApiError::conflict("conflict", "the item changed; try again")),
     }
 }
 

@@ -11,10 +11,33 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// What `gavel export` writes: a table, or the statements of reasons.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportWhat {
+    Table(ExportTable),
+    /// Statements of reasons, for the DSA Transparency Database's batch
+    /// endpoint: NDJSON, one `{"statements": [...]}` body of at most 100
+    /// per line.
+    Statements,
+}
+
+impl std::str::FromStr for ExportWhat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "statements" {
+            return Ok(ExportWhat::Statements);
+        }
+        s.parse()
+            .map(ExportWhat::Table)
+            .map_err(|_| format!("unknown table {s:?}: decisions, transitions, items, authors or statements"))
+    }
+}
+
 #[derive(Debug, clap::Args)]
 pub struct ExportArgs {
-    /// decisions, transitions, items or authors.
-    pub table: ExportTable,
+    /// decisions, transitions, items, authors or statements.
+    pub table: ExportWhat,
     /// ndjson, csv or parquet.
     #[arg(long, default_value = "ndjson")]
     pub format: Format,
@@ -43,7 +66,10 @@ pub struct ExportArgs {
 }
 
 pub async fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
-    let table = args.table;
+    let table = match args.table {
+        ExportWhat::Table(t) => t,
+        ExportWhat::Statements => return export_statements(args).await,
+    };
     let after = export::parse_cursor(table, args.after.as_deref().unwrap_or("")).map_err(anyhow::Error::msg)?;
     let filter = ExportFilter {
         since: args.since.unwrap_or(Millis::MIN),
@@ -85,5 +111,72 @@ pub async fn export(args: ExportArgs) -> anyhow::Result<ExitCode> {
         run.rows(),
         table.as_str()
     );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Statements per line of `gavel export statements`: the Transparency
+/// Database's batch endpoint takes at most 100 per request.
+pub const STATEMENTS_PER_BATCH: usize = 100;
+
+/// `gavel export statements`: every restrictive decision's statement of
+/// reasons, oldest first, as NDJSON lines of `{"statements": [...]}` (at
+/// most [`STATEMENTS_PER_BATCH`] each), ready to send to the DSA
+/// Transparency Database's batch endpoint. The cursor is the last
+/// decision's transition id.
+async fn export_statements(args: ExportArgs) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        args.format == Format::Ndjson,
+        "statements are exported as NDJSON only (the Transparency Database's batch bodies)"
+    );
+    let mut after: i64 = match args.after.as_deref() {
+        None | Some("") => 0,
+        Some(c) => {
+            crate::domain::parse_decimal(c).ok_or_else(|| anyhow::anyhow!("--after: not a cursor of statements"))?
+        }
+    };
+    let since = args.since.unwrap_or(Millis::MIN);
+    let until = args.until.unwrap_or(Millis::MAX);
+    anyhow::ensure!(since < until, "--since must be before --until");
+    let (config, store) = open_store(&args.store).await?;
+    let policies = crate::domain::statements::Policies::new(&config.policies, &config.statements);
+    let mut out: Box<dyn Write + Send> = if args.out.as_os_str() == "-" {
+        Box::new(std::io::BufWriter::new(std::io::stdout()))
+    } else {
+        Box::new(std::io::BufWriter::new(
+            std::fs::File::create(&args.out).with_context(|| format!("creating {}", args.out.display()))?,
+        ))
+    };
+    let mut written = 0u64;
+    loop {
+        let page = store
+            .restrictive_transitions(after, since, until, args.client.as_deref(), STATEMENTS_PER_BATCH as i64)
+            .await?;
+        let Some((last, _)) = page.last() else {
+            break;
+        };
+        let mut batch = Vec::with_capacity(page.len());
+        let mut details = std::collections::HashMap::new();
+        for (id, item) in &page {
+            if !details.contains_key(item) {
+                details.insert(item.clone(), store.item_details(item).await?);
+            }
+            let Some(Some(d)) = details.get(item) else {
+                continue;
+            };
+            if let Some(t) = d.transitions.iter().find(|t| t.id == *id) {
+                batch.push(crate::statements::derive(d, t, &policies).statement);
+            }
+        }
+        after = *last;
+        written += batch.len() as u64;
+        serde_json::to_writer(&mut out, &serde_json::json!({ "statements": batch }))?;
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    let cursor = after.to_string();
+    if let Some(path) = &args.cursor_out {
+        std::fs::write(path, format!("{cursor}\n")).with_context(|| format!("writing {}", path.display()))?;
+    }
+    eprintln!("exported {written} statements; continue with --after '{cursor}'");
     Ok(ExitCode::SUCCESS)
 }

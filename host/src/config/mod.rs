@@ -88,6 +88,10 @@ pub struct Config {
     pub lists: crate::domain::lists::ListsConfig,
     /// Entity signals rules declare: their bounds.
     pub signals: crate::domain::signals::SignalsConfig,
+    /// `[[policies]]`: the rules of the platform decisions are stated under.
+    pub policies: Vec<crate::domain::statements::PolicyConfig>,
+    /// `[statements]`: statements of reasons and appeals.
+    pub statements: crate::domain::statements::StatementsConfig,
 }
 
 /// An external (often AI) classifier answering by signed callback.
@@ -248,6 +252,8 @@ impl Default for Config {
             standing: crate::domain::standing::StandingPolicy::default(),
             lists: crate::domain::lists::ListsConfig::default(),
             signals: crate::domain::signals::SignalsConfig::default(),
+            policies: Vec::new(),
+            statements: crate::domain::statements::StatementsConfig::default(),
         }
     }
 }
@@ -525,6 +531,8 @@ impl Config {
         validate_tokens(&self.tokens)?;
         self.standing
             .validate()
+            .map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
+        crate::domain::statements::Policies::validate(&self.policies, &self.statements)
             .map_err(|e| anyhow::anyhow!("configuration: {e}"))?;
         let endpoints = self
             .providers

@@ -516,6 +516,9 @@ pub async fn decide(
             note: None,
             reason,
             correlation_id: &correlation_id,
+            policy: None,
+            until: None,
+            appeal: None,
         },
     )
     .await?;
@@ -532,7 +535,7 @@ pub async fn decide(
             )));
         }
         ModerationOutcome::NotFound => return Err(PageError::new(StatusCode::NOT_FOUND, "No item has this id.")),
-        ModerationOutcome::VersionMismatch { .. } => Banner::Conflict,
+        ModerationOutcome::VersionMismatch { .. } | ModerationOutcome::AppealStale => Banner::Conflict,
         ModerationOutcome::Illegal { from } => Banner::Refused(format!("An item that is {from} cannot become {to}.")),
     };
     let page = load(&state, &id, None).await?;

@@ -18,6 +18,8 @@
 //!   limits, digest and diff.
 //! - [`signals`]: entity signals as rules declare them, the keys and
 //!   values an item adds to them, and the buckets of their windows.
+//! - [`statements`]: the policies decisions are taken under and the
+//!   Transparency Database's field set of a statement of reasons.
 //!
 //! Every stored status or outcome column has an enum here, converted to
 //! and from its string in one place ([`string_enum!`]); the migrations'
@@ -29,6 +31,7 @@ pub mod lists;
 pub mod policy;
 pub mod signals;
 pub mod standing;
+pub mod statements;
 pub mod status;
 pub mod verdict;
 

@@ -22,6 +22,10 @@ super::string_enum! {
         Evaluation = "evaluation",
         /// A moderator decided.
         Moderation = "moderation",
+        /// A moderator decided an appeal of an earlier decision.
+        Appeal = "appeal",
+        /// A restriction a moderator set until a time reached it.
+        RestrictionEnded = "restriction_ended",
         /// The author deleted the item.
         AuthorDeleted = "author_deleted",
         /// An external classifier's answer.

@@ -22,6 +22,9 @@ super::string_enum! {
         Strikes = "strikes",
         /// A moderator set or cleared the state.
         Moderation = "moderation",
+        /// A state a moderator set until a time reached it: automation
+        /// decides again, from the strikes.
+        Expiry = "expiry",
     }
 }
 

@@ -111,6 +111,8 @@ pub fn can_transition(from: ItemStatus, to: ItemStatus, actor: Actor) -> bool {
             (Received, PendingScan | HeldForReview | Rejected)
             // A provider that never called back: a human decides.
             | (AwaitingProvider, HeldForReview)
+            // A moderator's restriction set until a time reached it.
+            | (HeldForReview | Rejected, Visible)
         ),
         Rules => {
             // awaiting_provider -> awaiting_provider: a re-evaluation after
@@ -143,6 +145,7 @@ mod tests {
             System => {
                 (from == Received && [PendingScan, HeldForReview, Rejected].contains(&to))
                     || (from == AwaitingProvider && to == HeldForReview)
+                    || ([HeldForReview, Rejected].contains(&from) && to == Visible)
             }
             Rules => {
                 [PendingScan, Visible, HeldForReview, Rejected, AwaitingProvider].contains(&from)
@@ -169,8 +172,8 @@ mod tests {
             }
         }
         // 7 × 7 × 5 combinations checked; this many are legal.
-        // moderator 5×4, author 5, system 4, rules 17, provider 3.
-        assert_eq!(allowed, 49);
+        // moderator 5×4, author 5, system 6, rules 17, provider 3.
+        assert_eq!(allowed, 51);
     }
 
     #[test]

@@ -42,6 +42,9 @@ pub struct AuthorRecord {
     /// next strike expiring), if ever.
     pub recheck_at: Option<Millis>,
     pub updated_at: Millis,
+    /// When the state a moderator set ends (automation decides again), for
+    /// a timed one.
+    pub state_until: Option<Millis>,
 }
 
 /// One change of an author's state: the audit trail.
@@ -61,6 +64,8 @@ pub struct AuthorTransitionRecord {
     pub strikes: f64,
     pub correlation_id: String,
     pub created_at: Millis,
+    /// When the state a moderator set here ends, for a timed one.
+    pub ends_at: Option<Millis>,
 }
 
 /// An author with their live strikes and a page of their decisions that
@@ -124,6 +129,8 @@ pub struct AuthorModeration<'a> {
     pub reason: &'a str,
     pub correlation_id: &'a str,
     pub now: Millis,
+    /// When a state set (`status: Some`) ends: automation decides again then.
+    pub until: Option<Millis>,
 }
 
 /// What a moderator's change of an author's state did.
@@ -173,6 +180,18 @@ pub trait Authors: Send + Sync {
         m: &AuthorModeration<'_>,
         policy: &StandingPolicy,
     ) -> StoreResult<AuthorModerationOutcome>;
+
+    /// Hands back to automation the accounts whose timed manual state has
+    /// ended by `now` (at most `limit`): each a conditional write under the
+    /// author's row lock with its audit row (actor `rules`, cause `expiry`),
+    /// to the tier the strikes reach then. Of two processes ending one
+    /// state, one writes. Returns `(client, author, version)` of each.
+    async fn end_timed_states(
+        &self,
+        policy: &StandingPolicy,
+        now: Millis,
+        limit: i64,
+    ) -> StoreResult<Vec<(String, String, i64)>>;
 
     /// Authors due for recomputation since before `before`, as
     /// `(recheck_at, client, author)` in that order, after `after` in it:
@@ -284,7 +303,8 @@ macro_rules! impl_authors {
             use $crate::store::*;
 
             const AUTHOR_COLUMNS: &str =
-                "client, author, status, version, decided_by, strikes, first_seen, last_seen, recheck_at, updated_at";
+                "client, author, status, version, decided_by, strikes, first_seen, last_seen, recheck_at, updated_at, \
+                 state_until";
 
             static AUTHOR_ROW: LazyLock<String> =
                 LazyLock::new(|| format!("SELECT {AUTHOR_COLUMNS} FROM authors WHERE client = $1 AND author = $2"));
@@ -307,6 +327,7 @@ macro_rules! impl_authors {
                     last_seen: row.try_get("last_seen")?,
                     recheck_at: row.try_get("recheck_at")?,
                     updated_at: row.try_get("updated_at")?,
+                    state_until: row.try_get("state_until")?,
                 })
             }
 
@@ -390,7 +411,7 @@ macro_rules! impl_authors {
             {
                 let rows = sqlx::query(
                     "SELECT id, from_status, to_status, version, cause, actor, actor_name, reason, strikes, \
-                     correlation_id, created_at FROM author_transitions WHERE client = $1 AND author = $2 \
+                     correlation_id, created_at, ends_at FROM author_transitions WHERE client = $1 AND author = $2 \
                      AND version > $3 ORDER BY version LIMIT $4",
                 )
                 .bind(client)
@@ -413,6 +434,7 @@ macro_rules! impl_authors {
                             strikes: r.try_get("strikes")?,
                             correlation_id: r.try_get("correlation_id")?,
                             created_at: r.try_get("created_at")?,
+                            ends_at: r.try_get("ends_at")?,
                         })
                     })
                     .collect()
@@ -433,6 +455,8 @@ macro_rules! impl_authors {
                 recheck_at: Option<Millis>,
                 correlation_id: &'a str,
                 now: Millis,
+                /// When a manual state set here ends (`None` clears any).
+                until: Option<Millis>,
             }
 
             /// The conditional write of a change of state and its audit
@@ -440,7 +464,8 @@ macro_rules! impl_authors {
             async fn apply(tx: &mut txn::Tx<'_>, c: &Change<'_>) -> StoreResult<Option<i64>> {
                 let version: Option<i64> = sqlx::query_scalar(
                     "UPDATE authors SET status = $1, version = version + 1, decided_by = $2, strikes = $3, \
-                     recheck_at = $4, updated_at = $5 WHERE client = $6 AND author = $7 AND version = $8 RETURNING version",
+                     recheck_at = $4, updated_at = $5, state_until = $9 WHERE client = $6 AND author = $7 \
+                     AND version = $8 RETURNING version",
                 )
                 .bind(c.to)
                 .bind(c.decided_by.as_str())
@@ -450,13 +475,14 @@ macro_rules! impl_authors {
                 .bind(&c.from.client)
                 .bind(&c.from.author)
                 .bind(c.from.version)
+                .bind(c.until)
                 .fetch_optional(&mut **tx)
                 .await?;
                 let Some(version) = version else { return Ok(None) };
                 sqlx::query(
                     "INSERT INTO author_transitions (client, author, from_status, to_status, version, cause, actor, \
-                     actor_name, reason, strikes, correlation_id, created_at) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                     actor_name, reason, strikes, correlation_id, created_at, ends_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
                 )
                 .bind(&c.from.client)
                 .bind(&c.from.author)
@@ -470,6 +496,7 @@ macro_rules! impl_authors {
                 .bind(c.strikes)
                 .bind(c.correlation_id)
                 .bind(c.now)
+                .bind(c.until)
                 .execute(&mut **tx)
                 .await?;
                 Ok(Some(version))
@@ -555,6 +582,7 @@ macro_rules! impl_authors {
                                     recheck_at: strikes.next_expiry,
                                     correlation_id,
                                     now,
+                                    until: None,
                                 };
                                 // The row is locked (PostgreSQL) or the one
                                 // writer is ours (SQLite): the fence holds.
@@ -608,7 +636,10 @@ macro_rules! impl_authors {
                             None if policy.enabled => (policy.tier_for(strikes.score).name.clone(), AuthorActor::Rules),
                             None => (policy.initial().to_string(), AuthorActor::Rules),
                         };
-                        let changes = to != current.status || manual != (decided_by == AuthorActor::Moderator);
+                        let until = m.status.and(m.until);
+                        let changes = to != current.status
+                            || manual != (decided_by == AuthorActor::Moderator)
+                            || until != current.state_until;
                         if !changes {
                             tx.rollback().await?;
                             return Ok(AuthorModerationOutcome::Applied {
@@ -627,6 +658,7 @@ macro_rules! impl_authors {
                             recheck_at: strikes.next_expiry,
                             correlation_id: m.correlation_id,
                             now: m.now,
+                            until,
                         };
                         let version = apply(&mut tx, &change).await?.ok_or_else(|| {
                             StoreError::Corrupt(format!("author {}/{} moved under its row lock", m.client, m.author))
@@ -634,6 +666,69 @@ macro_rules! impl_authors {
                         tx.commit().await?;
                         Ok(AuthorModerationOutcome::Applied { version })
                     })
+                }
+
+                async fn end_timed_states(
+                    &self,
+                    policy: &StandingPolicy,
+                    now: Millis,
+                    limit: i64,
+                ) -> StoreResult<Vec<(String, String, i64)>> {
+                    let due: Vec<(String, String)> = sqlx::query_as(
+                        "SELECT client, author FROM authors WHERE state_until <= $1 ORDER BY state_until LIMIT $2",
+                    )
+                    .bind(now)
+                    .bind(limit)
+                    .fetch_all(self.read_pool())
+                    .await?;
+                    let mut ended = Vec::new();
+                    for (client, author) in due {
+                        let done = retry_conflicts!(async {
+                            let mut tx = self.begin_write().await?;
+                            let current = read_author(&mut *tx, LOCK_AUTHOR.as_str(), &client, &author).await?;
+                            // Under the lock: still manual, still timed, still due.
+                            let Some(current) = current.filter(|c| {
+                                c.decided_by == Some(AuthorActor::Moderator) && c.state_until.is_some_and(|u| u <= now)
+                            }) else {
+                                tx.rollback().await?;
+                                return Ok(None);
+                            };
+                            let strikes = strikes_now(&mut *tx, &client, &author, policy, now).await?;
+                            let to = match policy.enabled {
+                                true => policy.tier_for(strikes.score).name.clone(),
+                                false => policy.initial().to_string(),
+                            };
+                            let reason = format!(
+                                "the state {} a moderator set until {} ended; {} strikes: {to}",
+                                current.status,
+                                $crate::domain::statements::date_time(current.state_until.unwrap_or(now)),
+                                strikes.score
+                            );
+                            let change = Change {
+                                from: &current,
+                                to: &to,
+                                actor: AuthorActor::Rules,
+                                decided_by: AuthorActor::Rules,
+                                cause: AuthorCause::Expiry,
+                                actor_name: None,
+                                reason: &reason,
+                                strikes: strikes.score,
+                                recheck_at: strikes.next_expiry,
+                                correlation_id: "state-ended",
+                                now,
+                                until: None,
+                            };
+                            let version = apply(&mut tx, &change).await?.ok_or_else(|| {
+                                StoreError::Corrupt(format!("author {client}/{author} moved under its row lock"))
+                            })?;
+                            tx.commit().await?;
+                            Ok(Some(version))
+                        })?;
+                        if let Some(version) = done {
+                            ended.push((client, author, version));
+                        }
+                    }
+                    Ok(ended)
                 }
 
                 async fn authors_due(

@@ -503,6 +503,8 @@ macro_rules! impl_evaluations {
                                 reason: &c.reason,
                                 correlation_id: &c.correlation_id,
                                 now: c.now,
+                                policy: None,
+                                ends_at: None,
                             });
                         }
                     }

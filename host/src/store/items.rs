@@ -129,6 +129,12 @@ pub struct TransitionRecord {
     /// The request id (`X-Request-Id`) or evaluation id that caused it.
     pub correlation_id: String,
     pub created_at: Millis,
+    /// The policy a moderator named for the decision (a rule's decision is
+    /// stated under the policy its labels map to: see `statements.rs`).
+    pub policy: Option<String>,
+    /// When a moderator's restriction ends: the reconciler makes the item
+    /// visible then, unless a later decision replaced this one.
+    pub ends_at: Option<Millis>,
 }
 
 /// A stored interaction event.
@@ -174,6 +180,15 @@ pub struct TransitionRequest {
     pub reason: String,
     pub correlation_id: String,
     pub now: Millis,
+    /// The policy a moderator names for the decision.
+    pub policy: Option<String>,
+    /// A moderator's restriction (`held_for_review`, `rejected`) ends then:
+    /// [`Items::lift_restrictions`] makes the item visible. Every manual or
+    /// automated transition through here replaces it (`None` clears it).
+    pub until: Option<Millis>,
+    /// The appeal this decision closes, in the same transaction; if it is
+    /// no longer open, nothing is written ([`Transition::Stale`]).
+    pub appeal: Option<super::AppealClose>,
 }
 
 /// The result of a conditional write. Losing a race is a value, not an error.
@@ -273,6 +288,27 @@ pub trait Items: Send + Sync {
         limit: i64,
     ) -> StoreResult<Vec<Item>>;
 
+    /// Makes visible the items whose moderator's restriction has ended by
+    /// `now` (at most `limit`), each by one conditional write with its
+    /// audit row (actor `system`, cause `restriction_ended`), fenced by the
+    /// version and the end time: of two processes lifting one item, one
+    /// writes. Returns the items lifted, with their new versions.
+    async fn lift_restrictions(&self, now: Millis, limit: i64) -> StoreResult<Vec<(String, i64)>>;
+
+    /// Transitions that have a statement of reasons (to `rejected`,
+    /// `held_for_review` or `deleted`, by anyone but the author), as
+    /// `(transition id, item id)`, in id order after `after`, made in
+    /// `[since, until)` on items of `client` (any when `None`): one keyset
+    /// page of `gavel export statements`.
+    async fn restrictive_transitions(
+        &self,
+        after: i64,
+        since: Millis,
+        until: Millis,
+        client: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<(i64, String)>>;
+
     /// Marks an item for evaluation (a moderator's "re-evaluate now");
     /// `false` if it does not exist or is deleted.
     async fn request_evaluation(&self, id: &str, now: Millis) -> StoreResult<bool>;
@@ -302,6 +338,9 @@ pub enum ModerationOutcome {
     Illegal {
         from: ItemStatus,
     },
+    /// Nothing was written: the item changed, or the appeal the decision
+    /// was to close was closed, meanwhile. The caller re-reads the appeal.
+    AppealStale,
 }
 
 /// Who changes an item by hand.
@@ -329,6 +368,12 @@ pub struct Moderation<'a> {
     pub note: Option<&'a str>,
     pub reason: &'a str,
     pub correlation_id: &'a str,
+    /// The policy the moderator decides under.
+    pub policy: Option<&'a str>,
+    /// When the restriction ends, for a timed one.
+    pub until: Option<Millis>,
+    /// The appeal the decision closes (in the same transaction).
+    pub appeal: Option<super::AppealClose>,
 }
 
 /// A decision by hand. Reads the item, then applies a conditional
@@ -338,6 +383,7 @@ pub struct Moderation<'a> {
 pub async fn moderate(store: &dyn Items, m: &Moderation<'_>) -> StoreResult<ModerationOutcome> {
     const ATTEMPTS: usize = 8;
     let (actor, cause) = match m.by {
+        ManualActor::Moderator if m.appeal.is_some() => (Actor::Moderator, Cause::Appeal),
         ManualActor::Moderator => (Actor::Moderator, Cause::Moderation),
         ManualActor::Author { .. } => (Actor::Author, Cause::AuthorDeleted),
     };
@@ -370,9 +416,15 @@ pub async fn moderate(store: &dyn Items, m: &Moderation<'_>) -> StoreResult<Mode
             reason: m.reason.to_string(),
             correlation_id: m.correlation_id.to_string(),
             now: now_ms(),
+            policy: m.policy.map(str::to_string),
+            until: m.until,
+            appeal: m.appeal.clone(),
         };
         if let (Transition::Applied { .. }, reversals) = store.transition_reversing(&req).await? {
             return Ok(ModerationOutcome::Applied { reversals });
+        }
+        if m.appeal.is_some() {
+            return Ok(ModerationOutcome::AppealStale);
         }
         if m.if_match.is_some() {
             let current = store.item(m.id).await?.map_or(item.version, |i| i.version);
@@ -485,12 +537,12 @@ macro_rules! impl_items {
                     retry_conflicts!(async {
                         let mut tx = self.begin_write().await?;
                         let sql = if r.actor.is_automated() {
-                            "UPDATE items SET status = $1, version = version + 1, decided_by = $2, updated_at = $3 \
-                             WHERE id = $4 AND version = $5 AND status = $6 \
+                            "UPDATE items SET status = $1, version = version + 1, decided_by = $2, updated_at = $3, \
+                             restricted_until = $7 WHERE id = $4 AND version = $5 AND status = $6 \
                              AND (decided_by IS NULL OR decided_by <> 'moderator') RETURNING version"
                         } else {
-                            "UPDATE items SET status = $1, version = version + 1, decided_by = $2, updated_at = $3 \
-                             WHERE id = $4 AND version = $5 AND status = $6 RETURNING version"
+                            "UPDATE items SET status = $1, version = version + 1, decided_by = $2, updated_at = $3, \
+                             restricted_until = $7 WHERE id = $4 AND version = $5 AND status = $6 RETURNING version"
                         };
                         let version: Option<i64> = sqlx::query_scalar(sql)
                             .bind(r.to.as_str())
@@ -499,6 +551,7 @@ macro_rules! impl_items {
                             .bind(&r.item_id)
                             .bind(r.expected_version)
                             .bind(r.from.as_str())
+                            .bind(r.until)
                             .fetch_optional(&mut *tx)
                             .await?;
                         let Some(version) = version else {
@@ -519,9 +572,34 @@ macro_rules! impl_items {
                                 reason: &r.reason,
                                 correlation_id: &r.correlation_id,
                                 now: r.now,
+                                policy: r.policy.as_deref(),
+                                ends_at: r.until,
                             }],
                         )
                         .await?;
+                        if let Some(a) = &r.appeal {
+                            // The appeal closes with the decision or not at all;
+                            // the table's CHECKs refuse anyone but a moderator.
+                            let closed = sqlx::query(
+                                "UPDATE appeals SET status = $1, closed_at = $2, closed_by = $3, closed_by_actor = $4, \
+                                 close_reason = $5, outcome_version = $6 WHERE id = $7 AND item_id = $8 AND status = 'open'",
+                            )
+                            .bind(a.status.as_str())
+                            .bind(r.now)
+                            .bind(r.actor_name.as_deref())
+                            .bind(r.actor.as_str())
+                            .bind(&r.reason)
+                            .bind(version)
+                            .bind(&a.id)
+                            .bind(&r.item_id)
+                            .execute(&mut *tx)
+                            .await?
+                            .rows_affected();
+                            if closed == 0 {
+                                tx.rollback().await?;
+                                return Ok((Transition::Stale, Reversals::default()));
+                            }
+                        }
                         let reversals = if r.actor == $crate::domain::Actor::Moderator {
                             settle_reversals(&mut tx, &r.item_id, r.to, r.now).await?
                         } else {
@@ -535,6 +613,90 @@ macro_rules! impl_items {
                         tx.commit().await?;
                         Ok((Transition::Applied { version }, reversals))
                     })
+                }
+
+                async fn lift_restrictions(&self, now: Millis, limit: i64) -> StoreResult<Vec<(String, i64)>> {
+                    let due: Vec<(String, i64, String, i64)> = sqlx::query_as(
+                        "SELECT id, version, status, restricted_until FROM items WHERE restricted_until <= $1 \
+                         ORDER BY restricted_until LIMIT $2",
+                    )
+                    .bind(now)
+                    .bind(limit)
+                    .fetch_all(self.read_pool())
+                    .await?;
+                    let mut lifted = Vec::new();
+                    for (id, version, status, until) in due {
+                        let from: $crate::domain::ItemStatus = status.parse()?;
+                        let done = retry_conflicts!(async {
+                            let mut tx = self.begin_write().await?;
+                            let new: Option<i64> = sqlx::query_scalar(
+                                "UPDATE items SET status = 'visible', version = version + 1, restricted_until = NULL, \
+                                 updated_at = $1 WHERE id = $2 AND version = $3 AND restricted_until IS NOT NULL \
+                                 AND restricted_until <= $1 AND status IN ('held_for_review', 'rejected') RETURNING version",
+                            )
+                            .bind(now)
+                            .bind(&id)
+                            .bind(version)
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                            let Some(new) = new else {
+                                tx.rollback().await?;
+                                return Ok(None);
+                            };
+                            let reason = format!(
+                                "the restriction a moderator set until {} ended",
+                                $crate::domain::statements::date_time(until)
+                            );
+                            txn::insert_transitions(
+                                &mut tx,
+                                &[NewTransition {
+                                    item_id: &id,
+                                    from,
+                                    to: $crate::domain::ItemStatus::Visible,
+                                    version: new,
+                                    cause: $crate::domain::policy::Cause::RestrictionEnded,
+                                    actor: $crate::domain::Actor::System,
+                                    actor_name: None,
+                                    actor_note: None,
+                                    reason: &reason,
+                                    correlation_id: "restriction-ended",
+                                    now,
+                                    policy: None,
+                                    ends_at: None,
+                                }],
+                            )
+                            .await?;
+                            tx.commit().await?;
+                            Ok(Some(new))
+                        })?;
+                        if let Some(new) = done {
+                            lifted.push((id, new));
+                        }
+                    }
+                    Ok(lifted)
+                }
+
+                async fn restrictive_transitions(
+                    &self,
+                    after: i64,
+                    since: Millis,
+                    until: Millis,
+                    client: Option<&str>,
+                    limit: i64,
+                ) -> StoreResult<Vec<(i64, String)>> {
+                    Ok(sqlx::query_as(
+                        "SELECT t.id, t.item_id FROM transitions t JOIN items i ON i.id = t.item_id \
+                         WHERE t.id > $1 AND t.to_status IN ('rejected', 'held_for_review', 'deleted') \
+                         AND t.actor <> 'author' AND t.created_at >= $2 AND t.created_at < $3 \
+                         AND ($4 = '' OR i.client = $4) ORDER BY t.id LIMIT $5",
+                    )
+                    .bind(after)
+                    .bind(since)
+                    .bind(until)
+                    .bind(client.unwrap_or(""))
+                    .bind(limit)
+                    .fetch_all(self.read_pool())
+                    .await?)
                 }
 
                 async fn review_queue(&self, after: Option<&ReviewCursor>, limit: i64) -> StoreResult<Vec<Item>> {

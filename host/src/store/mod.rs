@@ -11,6 +11,7 @@
 //! `$N` parameters) and its implementation, instantiated for each backend
 //! by a macro:
 //!
+//! - [`appeals`]: appeals of restrictive decisions, closed only by a moderator ([`Appeals`]).
 //! - [`authors`]: authors' account standing, fenced by the author's version ([`Authors`]).
 //! - [`submissions`]: new items, their status decided in the write ([`Submissions`]).
 //! - [`events`]: interaction events, the high-volume input ([`Events`]).
@@ -31,6 +32,7 @@
 //! - [`group`]: group commit of concurrent writes.
 //! - `rows`: stored strings to enums, in one place.
 
+pub mod appeals;
 pub mod authors;
 mod dialect;
 pub mod evaluations;
@@ -52,6 +54,7 @@ mod shared;
 mod sqlite;
 pub mod submissions;
 
+pub use appeals::*;
 pub use authors::*;
 pub use evaluations::*;
 pub use events::*;
@@ -162,6 +165,7 @@ pub trait Backend: Send + Sync + 'static {
 /// narrowest capability they need (`Arc<dyn Outbox>` for the dispatcher).
 pub trait ItemStore:
     Backend
+    + Appeals
     + Authors
     + Items
     + Submissions
@@ -189,6 +193,7 @@ impl<T: History + Lists + Items + ?Sized> BacktestStore for T {}
 
 impl<T> ItemStore for T where
     T: Backend
+        + Appeals
         + Authors
         + Items
         + Submissions

@@ -190,4 +190,5 @@ impl super::Exports for PgStore {
     }
 }
 super::authors::impl_authors!(PgStore, Postgres, PgRow);
+super::appeals::impl_appeals!(PgStore, Postgres, PgRow);
 super::lists::impl_lists!(PgStore, Postgres, PgRow);

@@ -267,6 +267,8 @@ macro_rules! impl_providers {
                     reason: &reason,
                     correlation_id: &correlation,
                     now: cb.now,
+                    policy: None,
+                    ends_at: None,
                 };
                 txn::insert_transitions(tx, &[transition]).await?;
                 let decision = NewDecision {
@@ -499,6 +501,8 @@ macro_rules! impl_providers {
                                         reason: &reason,
                                         correlation_id: &correlation,
                                         now,
+                                        policy: None,
+                                        ends_at: None,
                                     }],
                                 )
                                 .await?;

@@ -22,6 +22,10 @@ pub(super) struct NewTransition<'a> {
     pub reason: &'a str,
     pub correlation_id: &'a str,
     pub now: Millis,
+    /// The policy a moderator named (`None` for automation).
+    pub policy: Option<&'a str>,
+    /// When a moderator's restriction ends, if it does.
+    pub ends_at: Option<Millis>,
 }
 
 pub(super) const ITEM_COLUMNS: &str = "id, client, external_id, kind, author, body, context, fingerprint, status, \
@@ -37,7 +41,7 @@ pub(super) const DECISION_COLUMNS: &str = "d.id, d.item_id, d.item_version, d.pl
 pub(super) const DECISIONS_FROM: &str = "decisions d JOIN plugin_refs p ON p.id = d.plugin_ref";
 
 pub(super) const TRANSITION_COLUMNS: &str = "id, item_id, from_status, to_status, version, cause, actor, actor_name, \
-     actor_note, reason, correlation_id, created_at";
+     actor_note, reason, correlation_id, created_at, policy, ends_at";
 
 /// Instantiates the helpers as `mod txn` for one backend. `$store`
 /// implements `Dialect`; `$db` and `$row` are its sqlx types.
@@ -67,8 +71,8 @@ macro_rules! impl_shared {
                     let sql = STATEMENTS.get("transitions", size, |n| {
                         format!(
                             "INSERT INTO transitions (item_id, from_status, to_status, version, cause, actor, \
-                             actor_name, actor_note, reason, correlation_id, created_at) VALUES {}",
-                            values(n, 11)
+                             actor_name, actor_note, reason, correlation_id, created_at, policy, ends_at) VALUES {}",
+                            values(n, 13)
                         )
                     });
                     let mut q = sqlx::query(sql);
@@ -84,7 +88,9 @@ macro_rules! impl_shared {
                             .bind(t.actor_note)
                             .bind(t.reason)
                             .bind(t.correlation_id)
-                            .bind(t.now);
+                            .bind(t.now)
+                            .bind(t.policy)
+                            .bind(t.ends_at);
                     }
                     q.execute(&mut **tx).await?;
                 }
@@ -521,6 +527,8 @@ macro_rules! impl_shared {
                     reason: row.try_get("reason")?,
                     correlation_id: row.try_get("correlation_id")?,
                     created_at: row.try_get("created_at")?,
+                    policy: row.try_get("policy")?,
+                    ends_at: row.try_get("ends_at")?,
                 })
             }
 

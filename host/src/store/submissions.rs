@@ -365,6 +365,8 @@ macro_rules! impl_submissions {
                         reason,
                         correlation_id: &batch[*i].item.correlation_id,
                         now: item.created_at,
+                        policy: None,
+                        ends_at: None,
                     })
                     .collect();
                 txn::insert_transitions(tx, &transitions).await?;

@@ -61,6 +61,8 @@ pub(super) fn commit_evaluation(conn: &Connection, c: &EvaluationCommit) -> Stor
                         reason: &c.reason,
                         correlation_id: &c.correlation_id,
                         now: c.now,
+                        policy: None,
+                        ends_at: None,
                     },
                 )?;
                 if c.handoff.is_some() || c.from == ItemStatus::AwaitingProvider {

@@ -680,4 +680,5 @@ impl super::Exports for SqliteStore {
     }
 }
 super::authors::impl_authors!(SqliteStore, Sqlite, SqliteRow);
+super::appeals::impl_appeals!(SqliteStore, Sqlite, SqliteRow);
 super::lists::impl_lists!(SqliteStore, Sqlite, SqliteRow);

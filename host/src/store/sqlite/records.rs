@@ -17,7 +17,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 pub(super) fn insert_transition(conn: &Connection, t: &NewTransition<'_>) -> StoreResult<()> {
     conn.prepare_cached(
         "INSERT INTO transitions (item_id, from_status, to_status, version, cause, actor, actor_name, actor_note, \
-         reason, correlation_id, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+         reason, correlation_id, created_at, policy, ends_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
     )?
     .execute(params![
         t.item_id,
@@ -31,6 +31,8 @@ pub(super) fn insert_transition(conn: &Connection, t: &NewTransition<'_>) -> Sto
         t.reason,
         t.correlation_id,
         t.now,
+        t.policy,
+        t.ends_at,
     ])?;
     Ok(())
 }

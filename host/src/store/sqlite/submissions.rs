@@ -94,6 +94,8 @@ pub(super) fn create_item(conn: &Connection, w: &ItemWrite) -> StoreResult<Creat
             reason: &decision.reason,
             correlation_id: &it.correlation_id,
             now: item.created_at,
+            policy: None,
+            ends_at: None,
         },
     )?;
     records::insert_decisions(conn, &item.id, 1, &w.decisions)?;

@@ -1,0 +1,282 @@
+//! Statements of reasons (DSA Art. 17), derived from the record: every
+//! restrictive transition of an item (rejected, held for review, deleted by
+//! a moderator) is one decision and has one statement, in the DSA
+//! Transparency Database's field set ([`crate::domain::statements`]). The
+//! statement is a function of the stored transition, the decisions made
+//! before it and the configured policies, so the API, the webhook event and
+//! `gavel export statements` always say the same thing.
+//!
+//! Who decided is read from the record, not claimed: a transition by the
+//! rules, the system or a classifier is fully automated; a moderator's is
+//! partially automated when an automated action it confirms stands behind
+//! it (the moderator left in force a `flag`, `hold` or `reject` the rules
+//! applied before), and not automated otherwise.
+
+use crate::domain::statements::{AutomatedDecision, DecisionGround, Policies, PolicyConfig, Statement, bounded, date};
+use crate::domain::{Actor, DecisionPhase, EventKind, ItemStatus, Mode, Outcome, Verdict};
+use crate::store::{DecisionRecord, ItemDetails, TransitionRecord};
+use serde::Serialize;
+
+/// The code behind an automated decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct RuleRef {
+    pub plugin: String,
+    pub version: String,
+    /// sha256 of the component, hex.
+    pub digest: String,
+}
+
+/// A statement with what gavel knows of its decision.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct ItemStatement {
+    pub item_id: String,
+    /// The item version the decision made (`puid` is `ITEM_ID-VERSION`).
+    pub item_version: i64,
+    pub status: ItemStatus,
+    pub actor: Actor,
+    /// The policy the decision is stated under.
+    pub policy: String,
+    /// The rules whose actions the decision applied or confirmed.
+    pub rules: Vec<RuleRef>,
+    /// When the decision was taken (ms since the epoch).
+    pub decided_at: i64,
+    /// Until when it may be appealed (ms); `null` for a decision that
+    /// cannot be (a deletion is final).
+    pub appealable_until: Option<i64>,
+    pub statement: Statement,
+}
+
+/// Statuses a decision restricts content with.
+pub fn is_restrictive(status: ItemStatus) -> bool {
+    matches!(
+        status,
+        ItemStatus::Rejected | ItemStatus::HeldForReview | ItemStatus::Deleted
+    )
+}
+
+/// Whether a transition is a decision that gets a statement: a restriction
+/// by anyone but the author (who deletes their own content).
+pub fn has_statement(t: &TransitionRecord) -> bool {
+    is_restrictive(t.to_status) && t.actor != Actor::Author
+}
+
+/// An automated action: an applied, enforced `flag`, `hold` or `reject`
+/// that ran to completion.
+fn is_action(d: &DecisionRecord) -> bool {
+    d.applied
+        && d.mode == Mode::Enforce
+        && d.outcome == Outcome::Ok
+        && matches!(d.verdict, Some(Verdict::Flag | Verdict::Hold | Verdict::Reject))
+}
+
+/// The statements of an item's decisions, oldest first.
+pub fn for_item(details: &ItemDetails, policies: &Policies) -> Vec<ItemStatement> {
+    details
+        .transitions
+        .iter()
+        .filter(|t| has_statement(t))
+        .map(|t| derive(details, t, policies))
+        .collect()
+}
+
+/// The statement of transition `t` of `details`' item.
+pub fn derive(details: &ItemDetails, t: &TransitionRecord, policies: &Policies) -> ItemStatement {
+    let item = &details.item;
+    // The actions taken before the decision: an evaluation judges the
+    // version before the one its transition makes, so every action on a
+    // lower version came first; the submission's rules judge version 1,
+    // which their own transition (from `received`) makes.
+    let creation = t.from_status == ItemStatus::Received;
+    let before: Vec<&DecisionRecord> = details
+        .decisions
+        .iter()
+        .filter(|d| is_action(d))
+        .filter(|d| {
+            d.item_version < t.version || (creation && d.item_version == t.version && d.phase == DecisionPhase::Sync)
+        })
+        .collect();
+    let (automated_decision, behind): (AutomatedDecision, Vec<&DecisionRecord>) = if t.actor.is_automated() {
+        // The actions of the newest evaluation before the transition that
+        // set this very status.
+        let setting: Vec<&DecisionRecord> = before
+            .iter()
+            .copied()
+            .filter(|d| d.verdict.map(ItemStatus::for_verdict) == Some(t.to_status))
+            .collect();
+        let newest = setting.iter().map(|d| d.item_version).max();
+        let behind = setting.into_iter().filter(|d| Some(d.item_version) == newest).collect();
+        (AutomatedDecision::Fully, behind)
+    } else {
+        // The actions a moderator leaving the item in this status confirms.
+        let overturned = t.to_status.overturned_verdicts();
+        let confirmed: Vec<&DecisionRecord> = before
+            .iter()
+            .copied()
+            .filter(|d| d.verdict.is_some_and(|v| !overturned.contains(&v)))
+            .collect();
+        match confirmed.is_empty() {
+            true => (AutomatedDecision::NotAutomated, confirmed),
+            false => (AutomatedDecision::Partially, confirmed),
+        }
+    };
+    let policy: &PolicyConfig = t
+        .policy
+        .as_deref()
+        .and_then(|id| policies.get(id))
+        .or_else(|| policies.for_labels(behind.iter().flat_map(|d| d.labels.iter().map(String::as_str))))
+        .unwrap_or(&policies.default);
+    let mut rules: Vec<RuleRef> = behind
+        .iter()
+        .map(|d| RuleRef {
+            plugin: d.plugin.clone(),
+            version: d.plugin_version.clone(),
+            digest: d.plugin_digest.clone(),
+        })
+        .collect();
+    rules.dedup();
+    // A notice: someone reported the item before the decision.
+    let reporters: Vec<&str> = details
+        .events
+        .iter()
+        .filter(|e| e.kind == EventKind::Report && e.created_at <= t.created_at)
+        .map(|e| e.actor.as_str())
+        .collect();
+    let source_type = if reporters
+        .iter()
+        .any(|r| policies.statements.trusted_flaggers.iter().any(|f| f == r))
+    {
+        "SOURCE_TRUSTED_FLAGGER"
+    } else if !reporters.is_empty() {
+        "SOURCE_ARTICLE_16"
+    } else {
+        "SOURCE_VOLUNTARY"
+    };
+    let detected = t.actor.is_automated() || !before.is_empty();
+    let facts = facts(t, automated_decision, &rules, &behind);
+    let explanation = {
+        let why = policy.explanation.as_deref().unwrap_or(&policy.title);
+        bounded(&format!("{why} {}", sentence(&t.reason)), 2_000)
+    };
+    let (ground_fields, url) = match policy.decision_ground {
+        DecisionGround::IncompatibleContent => (
+            (None, None, Some(bounded(&policy.ground, 500)), Some(explanation)),
+            policy.url.clone(),
+        ),
+        DecisionGround::IllegalContent => (
+            (Some(bounded(&policy.ground, 500)), Some(explanation), None, None),
+            policy.url.clone(),
+        ),
+    };
+    let visibility = match t.to_status {
+        // Held: hidden until a human decides.
+        ItemStatus::HeldForReview => "DECISION_VISIBILITY_CONTENT_DISABLED",
+        _ => "DECISION_VISIBILITY_CONTENT_REMOVED",
+    };
+    let appealable = matches!(t.to_status, ItemStatus::Rejected | ItemStatus::HeldForReview);
+    ItemStatement {
+        item_id: item.id.clone(),
+        item_version: t.version,
+        status: t.to_status,
+        actor: t.actor,
+        policy: policy.id.clone(),
+        rules,
+        decided_at: t.created_at,
+        appealable_until: appealable.then(|| t.created_at + policies.statements.appeal_window_ms()),
+        statement: Statement {
+            decision_visibility: Some(vec![visibility.to_string()]),
+            decision_provision: None,
+            decision_account: None,
+            decision_ground: match policy.decision_ground {
+                DecisionGround::IncompatibleContent => "DECISION_GROUND_INCOMPATIBLE_CONTENT",
+                DecisionGround::IllegalContent => "DECISION_GROUND_ILLEGAL_CONTENT",
+            }
+            .to_string(),
+            decision_ground_reference_url: url,
+            illegal_content_legal_ground: ground_fields.0,
+            illegal_content_explanation: ground_fields.1,
+            incompatible_content_ground: ground_fields.2,
+            incompatible_content_explanation: ground_fields.3,
+            content_type: vec!["CONTENT_TYPE_TEXT".to_string()],
+            category: policy.category.clone(),
+            territorial_scope: (!policies.statements.territorial_scope.is_empty())
+                .then(|| policies.statements.territorial_scope.clone()),
+            content_date: date(item.created_at),
+            application_date: date(t.created_at),
+            end_date_visibility_restriction: t.ends_at.map(date),
+            end_date_account_restriction: None,
+            decision_facts: facts,
+            source_type: source_type.to_string(),
+            automated_detection: if detected { "Yes" } else { "No" }.to_string(),
+            automated_decision,
+            puid: puid(&item.id, t.version),
+        },
+    }
+}
+
+/// The statement's unique id: `ITEM_ID-VERSION` (item ids are UUIDs, so
+/// it matches `^[A-Za-z0-9_-]+$`).
+pub fn puid(item_id: &str, version: i64) -> String {
+    let clean: String = item_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{clean}-{version}")
+}
+
+/// `s` ending in a full stop.
+fn sentence(s: &str) -> String {
+    let s = s.trim();
+    if s.ends_with(['.', '!', '?']) {
+        s.to_string()
+    } else {
+        format!("{s}.")
+    }
+}
+
+/// `decision_facts`: what was decided, why, and by which code or person.
+fn facts(t: &TransitionRecord, who: AutomatedDecision, rules: &[RuleRef], behind: &[&DecisionRecord]) -> String {
+    let what = match t.to_status {
+        ItemStatus::Rejected => "The content was rejected and is not shown.",
+        ItemStatus::HeldForReview => "The content is hidden until a moderator has reviewed it.",
+        _ => "The content was removed.",
+    };
+    let mut out = format!("{what} Reason: {}", sentence(&t.reason));
+    let code = |r: &RuleRef| {
+        format!(
+            "{} {} (sha256 {})",
+            r.plugin,
+            r.version,
+            &r.digest[..r.digest.len().min(12)]
+        )
+    };
+    let reasons: Vec<String> = behind
+        .iter()
+        .filter(|d| !d.reason.is_empty())
+        .map(|d| format!("{}: {}", d.plugin, sentence(&d.reason)))
+        .collect();
+    match who {
+        AutomatedDecision::Fully if !rules.is_empty() => {
+            let names: Vec<String> = rules.iter().map(code).collect();
+            out.push_str(&format!(" Decided automatically by the rule {}.", names.join(", ")));
+        }
+        AutomatedDecision::Fully => out.push_str(" Decided automatically."),
+        AutomatedDecision::Partially => {
+            let names: Vec<String> = rules.iter().map(code).collect();
+            out.push_str(&format!(
+                " Detected by the rule {}; a moderator reviewed and confirmed the decision.",
+                names.join(", ")
+            ));
+        }
+        AutomatedDecision::NotAutomated => out.push_str(" Decided by a moderator."),
+    }
+    if !reasons.is_empty() && who != AutomatedDecision::NotAutomated {
+        out.push_str(&format!(" The rules said: {}", reasons.join(" ")));
+    }
+    bounded(&out, 5_000)
+}
