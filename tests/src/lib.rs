@@ -15,6 +15,7 @@ pub mod receiver;
 
 pub mod server;
 pub mod servers;
+pub mod transparency;
 
 /// A small deterministic generator (xorshift), so a seed replays a test's
 /// random choices.

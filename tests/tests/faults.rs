@@ -779,6 +779,44 @@ async fn author_invariants(pool: &sqlx::PgPool, db: &str) -> Vec<(&'static str, 
     checks
 }
 
+/// `gavel export statements` over the run's store: one statement per
+/// restrictive transition not by an author, in batch bodies the DSA
+/// Transparency Database's rules accept (`gavel_tests::transparency`).
+async fn statements_valid(pool: &sqlx::PgPool, db: &str) -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("statements.ndjson");
+    let run = std::process::Command::new(gavel_tests::servers::gavel_binary())
+        .args(["export", "statements", "--database-url", db, "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    if !run.status.success() {
+        eprintln!("gavel export statements: {}", String::from_utf8_lossy(&run.stderr));
+        return false;
+    }
+    let text = std::fs::read_to_string(&out).unwrap();
+    let mut exported = 0usize;
+    let mut errors = Vec::new();
+    for line in text.lines() {
+        let body: serde_json::Value = serde_json::from_str(line).unwrap();
+        exported += body["statements"].as_array().map_or(0, Vec::len);
+        errors.extend(gavel_tests::transparency::batch_errors(&body));
+    }
+    let decisions: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM transitions WHERE to_status IN ('rejected', 'held_for_review', 'deleted') \
+         AND actor <> 'author'",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    eprintln!(
+        "statements: {exported} exported for {decisions} restrictive decisions, {} validation errors {:?}",
+        errors.len(),
+        &errors[..errors.len().min(5)]
+    );
+    errors.is_empty() && exported as i64 == decisions && exported > 0
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fault_injection_suite() {
     let seed: u64 = std::env::var("GAVEL_FAULT_SEED")
@@ -845,6 +883,10 @@ async fn fault_injection_suite() {
     checks.push((
         "the paused worker's late work was refused by the store's fence",
         paused_refusals > 0.0,
+    ));
+    checks.push((
+        "every decision's statement of reasons exported once, each passing the Transparency Database's rules",
+        statements_valid(&pool, &d.db).await,
     ));
     let violations: Vec<&str> = checks.iter().filter(|(_, ok)| !ok).map(|(name, _)| *name).collect();
     let answered: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM provider_callbacks WHERE outcome = 'applied'")

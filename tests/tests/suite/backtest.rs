@@ -11,7 +11,7 @@ use gavel_tests::server::{Setup, TestServer, eventually};
 use serde_json::{Value, json};
 use std::collections::{BTreeSet, HashSet};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const SECRET: &str = "webhook-secret-0123456789";
 

@@ -8,6 +8,7 @@
 //! Each module is one area; the matrix of setups it runs on is at its end.
 
 mod api;
+mod appeals;
 mod backtest;
 mod config;
 mod console;

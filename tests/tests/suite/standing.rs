@@ -870,6 +870,9 @@ async fn moderate(store: &SharedStore, id: &str, to: ItemStatus) {
             note: None,
             reason: "r",
             correlation_id: "c",
+            policy: None,
+            until: None,
+            appeal: None,
         },
     )
     .await

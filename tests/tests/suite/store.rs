@@ -106,6 +106,9 @@ pub(crate) fn request(id: &str, version: i64, from: ItemStatus, to: ItemStatus, 
         reason: "test".into(),
         correlation_id: "test".into(),
         now: now_ms(),
+        policy: None,
+        until: None,
+        appeal: None,
     }
 }
 
