@@ -275,7 +275,9 @@ fn facts(t: &TransitionRecord, who: AutomatedDecision, rules: &[RuleRef], behind
         }
         AutomatedDecision::NotAutomated => out.push_str(" Decided by a moderator."),
     }
-    if !reasons.is_empty() && who != AutomatedDecision::NotAutomated {
+    // A rule's own transition already carries its reason; a moderator's
+    // says what the rules behind it said.
+    if !reasons.is_empty() && who == AutomatedDecision::Partially {
         out.push_str(&format!(" The rules said: {}", reasons.join(" ")));
     }
     bounded(&out, 5_000)

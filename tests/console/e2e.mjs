@@ -9,12 +9,13 @@
 //   MOD2_TOKEN    token of moderator `mod2`
 //   CLIENT_TOKEN  a client token (the console must refuse it)
 //   XSS_ITEM      id of a held item whose text carries HTML and a script
+//   APPEAL_ITEM   id of a rejected item with the one open appeal
 //   SHOTS         directory for the screenshots
 //   CHROMIUM      the browser (default /usr/bin/chromium)
 //
 // Exits non-zero with the failed step on stderr, also on any dialog, page
 // error or console error. Progress goes to stderr; stdout gets one line:
-// {"keyboard_decided", "stale_item", "claimed", "skipped"}.
+// {"keyboard_decided", "stale_item", "claimed", "skipped", "appeal_overturned"}.
 
 import { chromium } from "playwright-core";
 import { mkdirSync } from "node:fs";
@@ -40,6 +41,7 @@ const modToken = setting("MOD_TOKEN");
 const mod2Token = setting("MOD2_TOKEN");
 const clientToken = setting("CLIENT_TOKEN");
 const xssItem = setting("XSS_ITEM");
+const appealItem = setting("APPEAL_ITEM");
 const shots = setting("SHOTS");
 const executablePath = setting("CHROMIUM", "/usr/bin/chromium");
 
@@ -395,6 +397,38 @@ try {
   check(now.version === 4, `the list is at version ${now.version} after the refused edit`);
   check(!now.entries.some((e) => e.value === "stale phrase"), "the refused edit was written");
 
+  step(`k. appeals: mod2 takes the appeal on ${appealItem}, mod finds none left, mod2 overturns it by keyboard`);
+  await open(pageA, "/console/appeals");
+  const row = pageA.locator(`#appeals tr[data-item="${appealItem}"]`);
+  check((await row.count()) === 1, `the appeal on ${appealItem} is not in the queue`);
+  await open(pageB, "/console/appeals");
+  await navigate(pageB, () => pageB.click("#take"));
+  check(pathOf(pageB).startsWith("/console/appeals/"), `taking the next appeal landed on ${pageB.url()}`);
+  check(((await pageB.textContent("#appeal-text")) ?? "").includes("warning people"), "the appellant's words are shown");
+  check((await pageB.getAttribute("#appeal-status", "data-status")) === "open", "the appeal is open");
+  check(((await pageB.textContent("#statement")) ?? "").includes("banned-terms"), "the statement names the rule");
+  // mod2 holds the only appeal: mod is told none is left.
+  await open(pageA, "/console/appeals");
+  await navigate(pageA, () => pageA.click("#take"));
+  await pageA.locator("#appeals-empty").waitFor({ state: "visible" });
+  // By keyboard: o chooses overturn and focuses the reason; Ctrl+Enter decides.
+  await pageB.keyboard.press("o");
+  await until("o to check #outcome-overturn and focus #reason", async () => {
+    const focused = await pageB.evaluate(() => document.activeElement?.id);
+    return focused === "reason" && (await pageB.isChecked("#outcome-overturn"));
+  });
+  await pageB.keyboard.type("a warning about scams, not one");
+  check(await pageB.isChecked("#outcome-overturn"), "typing the reason changed the outcome");
+  await navigate(pageB, () => pageB.keyboard.press("Control+Enter"));
+  check((await pageB.getAttribute("#appeal-status", "data-status")) === "overturned", "the appeal is not overturned");
+  await shot(pageB, "appeal.png");
+  // The outcome on the item's timeline: the moderator's transition, cause appeal.
+  await navigate(pageB, () => pageB.click("#appeal-item"));
+  check((await statusOf(pageB)) === "visible", `the overturned item is ${await statusOf(pageB)}`);
+  const outcome = pageB.locator('#timeline li[data-kind="transition"]', { hasText: "appeal" });
+  check((await outcome.count()) === 1, "the appeal's transition is not on the timeline once");
+  check(((await outcome.textContent()) ?? "").includes("mod2"), "the timeline names mod2");
+
   step("j. sign out");
   const session = await cookie(A.context, "gavel_session");
   // The contract names the form, not its control.
@@ -413,7 +447,9 @@ try {
   );
   clean();
 
-  console.log(JSON.stringify({ keyboard_decided: keyboardItem, stale_item: staleItem, claimed, skipped }));
+  console.log(
+    JSON.stringify({ keyboard_decided: keyboardItem, stale_item: staleItem, claimed, skipped, appeal_overturned: appealItem }),
+  );
 } catch (e) {
   console.error(`e2e: FAILED in step ${current}:\n${e instanceof CheckFailed ? e.message : e.stack}`);
   const left = unexcused();

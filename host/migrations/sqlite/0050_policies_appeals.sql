@@ -78,6 +78,10 @@ CREATE TABLE appeals (
     closed_by_actor  TEXT CHECK (closed_by_actor = 'moderator'),
     close_reason     TEXT,
     outcome_version  BIGINT,
+    -- Who is deciding it in the console, until when (a claim only shares
+    -- out work: closing is decided by `status = 'open'`).
+    claimed_by       TEXT,
+    claim_expires_at BIGINT,
     CHECK ((status = 'open') = (closed_at IS NULL)),
     CHECK (closed_at IS NULL OR (closed_by IS NOT NULL AND closed_by_actor IS NOT NULL
                                  AND close_reason IS NOT NULL AND outcome_version IS NOT NULL))

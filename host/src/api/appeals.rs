@@ -184,6 +184,8 @@ pub async fn open_appeal(
             closed_by: None,
             close_reason: None,
             outcome_version: None,
+            claimed_by: None,
+            claim_expires_at: None,
         },
         key: claimed.as_ref().map(|k| k.completion(StatusCode::CREATED)),
         respond: appeal_body,
@@ -334,7 +336,7 @@ pub async fn get_appeal(
 }
 
 /// What a moderator decides on an appeal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AppealOutcome {
     /// The decision stands: the item is (again) in the status it set.
@@ -387,8 +389,20 @@ pub async fn decide_appeal(
     validate::text("reason", &req.reason, 1024)?;
     known_policy(&state, req.policy.as_deref())?;
     let correlation_id = super::request_id(&headers);
+    close(&state, &caller.name, &id, &req, &correlation_id).await.map(Json)
+}
+
+/// A moderator's (`moderator`, a token name) decision on appeal `id`: the
+/// API's and the console's. `req` is validated by the caller.
+pub(crate) async fn close(
+    state: &AppState,
+    moderator: &str,
+    id: &str,
+    req: &AppealDecision,
+    correlation_id: &str,
+) -> Result<Appeal, ApiError> {
     for _ in 0..8 {
-        let Some(appeal) = state.store.appeal(&id).await? else {
+        let Some(appeal) = state.store.appeal(id).await? else {
             return Err(ApiError::not_found("appeal"));
         };
         if appeal.status != AppealStatus::Open {
@@ -406,19 +420,22 @@ pub async fn decide_appeal(
             AppealOutcome::Overturn => (ItemStatus::Visible, AppealStatus::Overturned, None),
         };
         let outcome = decide(
-            &state,
+            state,
             &Moderation {
                 id: &appeal.item_id,
                 to,
                 if_match: None,
                 by: ManualActor::Moderator,
-                name: &caller.name,
+                name: moderator,
                 note: None,
                 reason: &req.reason,
-                correlation_id: &correlation_id,
+                correlation_id,
                 policy: policy.as_deref(),
                 until: None,
-                appeal: Some(AppealClose { id: id.clone(), status }),
+                appeal: Some(AppealClose {
+                    id: id.to_string(),
+                    status,
+                }),
             },
         )
         .await?;
@@ -426,7 +443,7 @@ pub async fn decide_appeal(
             ModerationOutcome::Applied { .. } => {
                 let closed = state
                     .store
-                    .appeal(&id)
+                    .appeal(id)
                     .await?
                     .ok_or_else(|| ApiError::not_found("appeal"))?;
                 let labels = appeal_labels(&closed);
@@ -447,7 +464,7 @@ pub async fn decide_appeal(
                         .get_or_create(&labels)
                         .observe((closed_at - closed.opened_at).max(0) as f64 / 1_000.0);
                 }
-                return Ok(Json(closed));
+                return Ok(closed);
             }
             ModerationOutcome::NotFound => return Err(ApiError::not_found("item")),
             ModerationOutcome::Illegal { from } => {

@@ -23,6 +23,7 @@ mod submit;
 mod system;
 mod validate;
 
+pub(crate) use appeals::{AppealDecision, AppealOutcome, close as close_appeal};
 pub use auth::{Caller, Tokens};
 pub use delivery::ChangesPage;
 pub use error::{ApiError, ErrorBody};

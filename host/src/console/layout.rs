@@ -27,6 +27,7 @@ pub fn page_shell(title: &str, session: Option<&SignedIn>, body: Markup) -> Mark
                     header.top {
                         nav {
                             a href="/console/queue" { "Queue" }
+                            a href="/console/appeals" { "Appeals" }
                             a href="/console/plugins" { "Plugins" }
                             a href="/console/operations" { "Operations" }
                             a href="/console/lists" { "Lists" }

@@ -20,6 +20,7 @@
 //! - the identity in the audit trail is the moderator token's name, stored
 //!   with the session, never a form field.
 
+mod appeals;
 mod item;
 mod layout;
 mod lists;
@@ -45,6 +46,10 @@ pub fn router(state: AppState) -> Router {
         .route("/items/{id}/decide", post(item::decide))
         .route("/items/{id}/skip", post(item::skip))
         .route("/items/{id}/claim", post(item::renew_claim))
+        .route("/appeals", get(appeals::appeals_page))
+        .route("/appeals/next", post(appeals::take_next))
+        .route("/appeals/{id}", get(appeals::appeal_page))
+        .route("/appeals/{id}/decide", post(appeals::decide))
         .route("/plugins", get(pages::plugins_page))
         .route("/operations", get(pages::operations_page))
         .route("/dead-letters/{id}/replay", post(pages::replay_dead_letter))

@@ -256,6 +256,17 @@ pub enum AutomatedDecision {
     NotAutomated,
 }
 
+impl AutomatedDecision {
+    /// As people read it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            AutomatedDecision::Fully => "fully automated",
+            AutomatedDecision::Partially => "partially automated (a moderator confirmed a rule)",
+            AutomatedDecision::NotAutomated => "not automated",
+        }
+    }
+}
+
 /// A statement of reasons in the Transparency Database's field set: the
 /// body its API takes, one per decision. Optional fields absent from the
 /// JSON are the database's "not given".

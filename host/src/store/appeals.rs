@@ -60,6 +60,10 @@ pub struct Appeal {
     pub close_reason: Option<String>,
     /// The item version the moderator's decision made.
     pub outcome_version: Option<i64>,
+    /// The moderator whose claim on it is live (the console's appeal
+    /// queue), if any: shown while it lasts.
+    pub claimed_by: Option<String>,
+    pub claim_expires_at: Option<Millis>,
 }
 
 /// An appeal to open.
@@ -127,13 +131,20 @@ pub trait Appeals: Send + Sync {
         limit: i64,
     ) -> StoreResult<Vec<Appeal>>;
 
+    /// Claims the next open appeal for `moderator` for `ttl_ms`: their own
+    /// live claim first, else the oldest appeal nobody else has a live
+    /// claim on. One conditional write decides, so two moderators never
+    /// hold one appeal. `None` when none is left.
+    async fn claim_next_appeal(&self, moderator: &str, ttl_ms: i64) -> StoreResult<Option<String>>;
+
     /// Appeals opened since `since`, counted by plugin version and policy.
     async fn appeal_figures(&self, since: Millis) -> StoreResult<Vec<AppealFigures>>;
 }
 
 /// Columns of [`Appeal`], in its field order.
 pub(super) const APPEAL_COLUMNS: &str = "id, item_id, client, decision_version, decision_status, policy, plugin, \
-     plugin_version, appellant, text, status, opened_at, closed_at, closed_by, close_reason, outcome_version";
+     plugin_version, appellant, text, status, opened_at, closed_at, closed_by, close_reason, outcome_version, \
+     claimed_by, claim_expires_at";
 
 /// The `p`-quantile (0-1) of sorted `values`, nearest rank.
 pub(super) fn quantile(sorted: &[i64], p: f64) -> Option<i64> {
@@ -188,7 +199,7 @@ macro_rules! impl_appeals {
             use sqlx::Row as _;
             use $crate::clock::Millis;
             use $crate::store::appeals::{APPEAL_COLUMNS, figures};
-            use $crate::store::dialect::Dialect;
+            use $crate::store::dialect::{Dialect, retry_conflicts};
             use $crate::store::*;
 
             fn appeal_from_row(r: &$row) -> StoreResult<Appeal> {
@@ -209,6 +220,8 @@ macro_rules! impl_appeals {
                     closed_by: r.try_get("closed_by")?,
                     close_reason: r.try_get("close_reason")?,
                     outcome_version: r.try_get("outcome_version")?,
+                    claimed_by: r.try_get("claimed_by")?,
+                    claim_expires_at: r.try_get("claim_expires_at")?,
                 })
             }
 
@@ -225,7 +238,7 @@ macro_rules! impl_appeals {
                     }
                     let inserted = sqlx::query(&format!(
                         "INSERT INTO appeals ({APPEAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, \
-                         $12, NULL, NULL, NULL, NULL) ON CONFLICT DO NOTHING"
+                         $12, NULL, NULL, NULL, NULL, NULL, NULL) ON CONFLICT DO NOTHING"
                     ))
                     .bind(&a.id)
                     .bind(&a.item_id)
@@ -306,6 +319,41 @@ macro_rules! impl_appeals {
                     .iter()
                     .map(appeal_from_row)
                     .collect()
+                }
+
+                async fn claim_next_appeal(&self, moderator: &str, ttl_ms: i64) -> StoreResult<Option<String>> {
+                    const NOW: &str = <$store as Dialect>::NOW_MS;
+                    // Claimable by $1: open, and unclaimed, claimed by $1, or lapsed.
+                    let free = format!("status = 'open' AND (claimed_by IS NULL OR claimed_by = $1 OR claim_expires_at <= {NOW})");
+                    let sql = format!(
+                        "UPDATE appeals SET claimed_by = $1, claim_expires_at = {NOW} + $2 WHERE id = \
+                         (SELECT id FROM appeals WHERE {free} ORDER BY CASE WHEN claimed_by = $1 THEN 0 ELSE 1 END, \
+                         opened_at, id LIMIT 1) AND {free} RETURNING id"
+                    );
+                    for _ in 0..8 {
+                        let claimed = retry_conflicts!(async {
+                            let mut tx = self.begin_write().await?;
+                            let claimed: Option<String> = sqlx::query_scalar(&sql)
+                                .bind(moderator)
+                                .bind(ttl_ms)
+                                .fetch_optional(&mut *tx)
+                                .await?;
+                            tx.commit().await?;
+                            Ok(claimed)
+                        })?;
+                        if claimed.is_some() {
+                            return Ok(claimed);
+                        }
+                        // Lost the pick to a concurrent claim, or nothing is left.
+                        let left: Option<String> = sqlx::query_scalar(&format!("SELECT id FROM appeals WHERE {free} LIMIT 1"))
+                            .bind(moderator)
+                            .fetch_optional(self.read_pool())
+                            .await?;
+                        if left.is_none() {
+                            return Ok(None);
+                        }
+                    }
+                    Err(StoreError::Conflict("every pick of an appeal lost to a concurrent claim".into()))
                 }
 
                 async fn appeal_figures(&self, since: Millis) -> StoreResult<Vec<AppealFigures>> {

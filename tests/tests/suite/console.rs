@@ -9,7 +9,7 @@
 
 use gavel::config::{Role, TokenConfig};
 use gavel_tests::server::{Setup, TestServer};
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -76,7 +76,7 @@ fn moderator_transitions(item: &Value) -> Vec<&Value> {
 }
 
 /// Runs `e2e.mjs` against `s` and returns the JSON line it ends with.
-async fn run_browser(s: &TestServer, mod2: &str, xss: &str) -> Value {
+async fn run_browser(s: &TestServer, mod2: &str, xss: &str, appeal: &str) -> Value {
     let setup = s.setup;
     let shots = gavel_tests::repo_root()
         .join("target/console-screenshots")
@@ -90,6 +90,7 @@ async fn run_browser(s: &TestServer, mod2: &str, xss: &str) -> Value {
         .env("MOD2_TOKEN", mod2)
         .env("CLIENT_TOKEN", &s.client)
         .env("XSS_ITEM", xss)
+        .env("APPEAL_ITEM", appeal)
         .env("SHOTS", &shots)
         .env("CHROMIUM", CHROMIUM)
         // On the timeout node is killed (and the browser with it), not left behind.
@@ -141,8 +142,18 @@ async fn moderators_work_the_queue_in_a_browser(setup: Setup) {
         held(&s, &format!("reviewer-{n}"), &format!("{LINKS} number {n}")).await;
     }
     let xss = held(&s, "reviewer-xss", &format!("{LINKS} {XSS}")).await;
+    // A rejection by banned-terms, appealed by its author.
+    let appealed = s.submit("appellant", "buy scamcoin now").await;
+    assert_eq!(s.settled(&appealed).await["status"], "rejected");
+    let r = s
+        .post(&format!("/v1/items/{appealed}/appeals"), &s.client)
+        .json(&json!({"appellant": "author", "text": "I was warning people about scamcoin"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "{}", r.text().await.unwrap());
 
-    let report = run_browser(&s, &mod2, &xss).await;
+    let report = run_browser(&s, &mod2, &xss, &appealed).await;
     let id = |v: &Value| v.as_str().unwrap_or_else(|| panic!("{report}")).to_string();
     let (keyboard, stale) = (id(&report["keyboard_decided"]), id(&report["stale_item"]));
     let claimed = [id(&report["claimed"][0]), id(&report["claimed"][1])];
@@ -171,6 +182,19 @@ async fn moderators_work_the_queue_in_a_browser(setup: Setup) {
     assert_eq!(by_moderators[0]["to_status"], "rejected");
     assert_eq!(by_moderators[0]["actor_name"], "mod");
     assert_eq!(item["transitions"].as_array().unwrap().last(), Some(by_moderators[0]));
+
+    // The appeal mod2 overturned by keyboard: closed by mod2, in one
+    // transaction with the item's transition.
+    assert_eq!(report["appeal_overturned"], json!(appealed), "{report}");
+    let appeals = s.get_json(&format!("/v1/items/{appealed}/appeals"), &s.moderator).await;
+    assert_eq!(
+        (appeals[0]["status"].as_str(), appeals[0]["closed_by"].as_str()),
+        (Some("overturned"), Some("mod2")),
+        "{appeals:#}"
+    );
+    let item = s.get_json(&format!("/v1/items/{appealed}"), &s.moderator).await;
+    assert_eq!(item["status"], "visible");
+    assert_eq!(appeals[0]["outcome_version"], item["version"]);
 
     // Shown, refused without CSRF, searched: never decided.
     let item = s.get_json(&format!("/v1/items/{xss}"), &s.moderator).await;

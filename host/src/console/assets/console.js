@@ -40,14 +40,23 @@
     if (decide.reportValidity()) decide.requestSubmit(button);
   }
 
-  function choose(status) {
-    const radio = document.getElementById(`status-${status}`);
-    if (!radio) return;
+  function choose(id) {
+    const radio = document.getElementById(id);
+    if (!radio) return false;
     radio.checked = true;
     reason?.focus();
+    return true;
   }
 
-  const keys = { v: "visible", h: "held_for_review", r: "rejected", d: "deleted" };
+  // An item's decision (status-*) and an appeal's (outcome-*).
+  const keys = {
+    v: "status-visible",
+    h: "status-held_for_review",
+    r: "status-rejected",
+    d: "status-deleted",
+    u: "outcome-uphold",
+    o: "outcome-overturn",
+  };
 
   document.addEventListener("keydown", (e) => {
     const typing = e.target instanceof HTMLElement && e.target.matches("input, textarea, select");
@@ -68,8 +77,7 @@
       if (shortcuts) shortcuts.hidden = !shortcuts.hidden;
       e.preventDefault();
     } else if (keys[e.key] && decide) {
-      choose(keys[e.key]);
-      e.preventDefault();
+      if (choose(keys[e.key])) e.preventDefault();
     } else if (e.key === "s" && skip) {
       e.preventDefault();
       skip.requestSubmit();
