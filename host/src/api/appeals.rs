@@ -105,6 +105,9 @@ pub async fn open_appeal(
 ) -> Result<Response, ApiError> {
     validate::path_id("id", &id)?;
     validate::text("text", &req.text, 5_000)?;
+    if req.text.is_empty() {
+        return Err(ApiError::bad_request("invalid_body", "`text` must not be empty"));
+    }
     let key = idempotency_key(&headers)?;
     let Some(details) = state.store.item_details(&id).await? else {
         return Err(ApiError::not_found("item"));
@@ -351,7 +354,7 @@ pub enum AppealOutcome {
 pub struct AppealDecision {
     pub outcome: AppealOutcome,
     /// Why; the appellant is told (the outcome's statement and event carry it).
-    #[schema(min_length = 1, max_length = 1024)]
+    #[schema(max_length = 1024)]
     pub reason: String,
     /// The policy an upheld decision is stated under from now on
     /// (default: the appealed decision's).
@@ -374,7 +377,7 @@ pub struct AppealDecision {
     responses(
         (status = 200, body = Appeal), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
-        (status = 503, body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 503, body = ErrorBody),
     ),
     security(("bearer" = []))
 )]

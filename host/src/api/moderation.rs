@@ -48,15 +48,14 @@ pub(super) fn valid_until(until: Option<i64>, restricts: bool) -> Result<(), Api
     let Some(at) = until else {
         return Ok(());
     };
+    let refuse = |why: &str| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_until", why.to_string());
     if !restricts {
-        return Err(ApiError::bad_request(
-            "invalid_until",
+        return Err(refuse(
             "until applies to a restriction (held_for_review or rejected, for an account a state)",
         ));
     }
     if at <= crate::clock::now_ms() || at >= crate::domain::statements::LATEST_END_MS {
-        return Err(ApiError::bad_request(
-            "invalid_until",
+        return Err(refuse(
             "until must be in the future and before 2038-01-01 (ms since the epoch)",
         ));
     }
@@ -70,7 +69,8 @@ pub(super) fn known_policy(state: &AppState, policy: Option<&str>) -> Result<(),
     };
     let policies = crate::domain::statements::Policies::new(&state.config.policies, &state.config.statements);
     if policies.get(id).is_none() {
-        return Err(ApiError::bad_request(
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
             "unknown_policy",
             format!("no [[policies]] entry has id {id:?}"),
         ));
@@ -94,7 +94,7 @@ pub fn may_set(status: ItemStatus) -> bool {
     responses(
         (status = 200, body = ItemView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody),
-        (status = 503, body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 503, body = ErrorBody),
     ),
     security(("bearer" = []))
 )]

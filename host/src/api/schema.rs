@@ -32,6 +32,8 @@ const FREE_TEXT: &[(&str, &str)] = &[
     ("AuthorModerationRequest", "reason"),
     ("ReplaceListRequest", "reason"),
     ("PatchListRequest", "reason"),
+    ("AppealRequest", "text"),
+    ("AppealDecision", "reason"),
 ];
 
 /// The item texts, whose length limit is a setting.
