@@ -26,7 +26,7 @@ use crate::config::{DeliveryConfig, WebhookConfig};
 use crate::metrics::{Metrics, ResultLabel};
 use crate::outbound::{Failure, Message, SignedClient, Signing};
 use crate::secrets::Keyring;
-use crate::store::{ClaimedDelivery, EndpointFilter, Outbox};
+use crate::store::{Change, ClaimedDelivery, EndpointFilter, Items, Outbox};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +44,9 @@ const FAN_OUT_BATCH: i64 = 500;
 /// The webhook dispatcher of one process.
 pub struct Dispatcher {
     store: Arc<dyn Outbox>,
+    /// Where the statements of restrictive decisions are derived from.
+    items: Arc<dyn Items>,
+    policies: crate::domain::statements::Policies,
     endpoints: BTreeMap<String, WebhookConfig>,
     filters: Vec<EndpointFilter>,
     config: DeliveryConfig,
@@ -57,6 +60,8 @@ pub struct Dispatcher {
 /// The parts a [`Dispatcher`] is made of.
 pub struct DispatcherParts {
     pub store: Arc<dyn Outbox>,
+    pub items: Arc<dyn Items>,
+    pub policies: crate::domain::statements::Policies,
     pub endpoints: BTreeMap<String, WebhookConfig>,
     pub config: DeliveryConfig,
     pub keyring: Arc<Keyring>,
@@ -68,6 +73,8 @@ impl Dispatcher {
     pub fn new(parts: DispatcherParts) -> anyhow::Result<Self> {
         let DispatcherParts {
             store,
+            items,
+            policies,
             endpoints,
             config,
             keyring,
@@ -85,6 +92,8 @@ impl Dispatcher {
         let http = SignedClient::new(Duration::from_millis(config.timeout_ms))?;
         Ok(Dispatcher {
             store,
+            items,
+            policies,
             endpoints,
             filters,
             config,
@@ -249,12 +258,45 @@ impl Dispatcher {
         Ok(())
     }
 
+    /// `change` with its statement of reasons, when it is a restrictive
+    /// decision of an item. A store that cannot be read fails the attempt
+    /// (it is retried): an event never goes out without its statement.
+    async fn with_statement(&self, change: &Change) -> crate::store::StoreResult<Option<Change>> {
+        let Some(item) = change.item_id.as_deref() else {
+            return Ok(None);
+        };
+        let restrictive = change.to_status.parse().is_ok_and(crate::statements::is_restrictive);
+        if !restrictive || change.actor == crate::domain::Actor::Author {
+            return Ok(None);
+        }
+        let Some(details) = self.items.item_details(item).await? else {
+            return Ok(None);
+        };
+        let Some(t) = details.transitions.iter().find(|t| t.version == change.item_version) else {
+            return Ok(None);
+        };
+        let mut with = change.clone();
+        with.statement = Some(crate::statements::derive(&details, t, &self.policies).statement);
+        Ok(Some(with))
+    }
+
     async fn post(&self, endpoint: &WebhookConfig, d: &ClaimedDelivery) -> Result<(), Failure> {
         let secrets = self
             .keyring
             .webhook(&d.endpoint)
             .expect("every configured endpoint has its secrets");
-        let body = serde_json::to_vec(&d.change).expect("a change serializes");
+        let body = match self.with_statement(&d.change).await {
+            Ok(Some(change)) => serde_json::to_vec(&change),
+            Ok(None) => serde_json::to_vec(&d.change),
+            Err(e) => {
+                return Err(Failure {
+                    reason: format!("cannot read the decision's statement of reasons: {e}"),
+                    gone: false,
+                    retry_after: None,
+                });
+            }
+        }
+        .expect("a change serializes");
         let id = crate::signing::message_id(&d.change.event_id);
         let attempt = d.attempts.to_string();
         let legacy = [

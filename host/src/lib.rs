@@ -259,6 +259,8 @@ async fn register_webhooks(
 ) -> anyhow::Result<delivery::Dispatcher> {
     let dispatcher = delivery::Dispatcher::new(delivery::DispatcherParts {
         store: store.clone(),
+        items: store.clone(),
+        policies: domain::statements::Policies::new(&config.policies, &config.statements),
         endpoints: config.webhooks.clone(),
         config: config.delivery.clone(),
         keyring: keyring.clone(),

@@ -42,6 +42,12 @@ pub struct Change {
     pub occurred_at: Millis,
     /// Position in the changes feed (`after=` resumes behind it).
     pub cursor: String,
+    /// In a webhook delivery of a restrictive decision (an item rejected,
+    /// held or deleted by anyone but its author): the decision's statement
+    /// of reasons, as `GET /v1/items/{id}/statements` gives it, so the
+    /// platform can inform the user. Absent from the changes feed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub statement: Option<crate::domain::statements::Statement>,
 }
 
 /// The event id of a transition: the item and the version it created.
@@ -382,6 +388,7 @@ macro_rules! impl_outbox {
                         seq: row.try_get("seq")?,
                     }
                     .encode(),
+                    statement: None,
                 })
             }
 

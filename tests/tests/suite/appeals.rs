@@ -8,13 +8,17 @@
 //! database's batch endpoint.
 
 use gavel::clock::now_ms;
+use gavel::config::WebhookConfig;
 use gavel::domain::policy::Cause;
 use gavel::domain::statements::{DecisionGround, PolicyConfig, StatementsConfig};
 use gavel::domain::{Actor, ItemStatus};
 use gavel::store::{AppealClose, AppealStatus, Transition, TransitionRequest};
+use gavel_tests::receiver::Receiver;
 use gavel_tests::server::{Setup, TestServer};
 use gavel_tests::transparency::{batch_errors, statement_errors, with};
 use serde_json::{Value, json};
+
+const SECRET: &str = "webhook-secret-0123456789";
 
 /// banned-terms rejects it at submission (sync phase), for anyone.
 const SPAM: &str = "buy scamcoin now";
@@ -45,7 +49,27 @@ fn policies() -> Vec<PolicyConfig> {
 }
 
 async fn server(setup: Setup, standing: bool) -> TestServer {
+    server_with(setup, standing, None).await
+}
+
+/// [`server`], delivering webhooks to `receiver` if one is given.
+async fn server_with(setup: Setup, standing: bool, receiver: Option<&Receiver>) -> TestServer {
+    let url = receiver.map(|r| r.url.clone());
     TestServer::start_with(setup, move |c| {
+        if let Some(url) = url {
+            c.webhooks.insert(
+                "platform".into(),
+                WebhookConfig {
+                    url,
+                    secret: SECRET.into(),
+                    secrets_file: None,
+                    statuses: vec![],
+                    kinds: vec![],
+                    start: Default::default(),
+                },
+            );
+            c.delivery.poll_interval_ms = 20;
+        }
         c.policies = policies();
         c.statements = StatementsConfig {
             territorial_scope: vec!["DE".into(), "AT".into()],
@@ -98,10 +122,12 @@ async fn decide(s: &TestServer, token: &str, appeal: &str, body: Value) -> (u16,
 
 /// A rule's rejection is fully automated and names the rule's version; a
 /// moderator confirming it is partially automated; a moderator's own
-/// decision is not automated. Each is stated under its policy, and every
-/// statement passes the database's rules.
+/// decision is not automated. Each is stated under its policy, every
+/// statement passes the database's rules, and each decision's webhook
+/// event carries its statement.
 async fn statements_say_who_decided(setup: Setup) {
-    let s = server(setup, false).await;
+    let receiver = Receiver::start(SECRET, 31).await;
+    let s = server_with(setup, false, Some(&receiver)).await;
     let plugins = s.get_json("/v1/plugins", &s.moderator).await;
     let banned = plugins["plugins"]
         .as_array()
@@ -174,6 +200,46 @@ async fn statements_say_who_decided(setup: Setup) {
     assert!(st.get("incompatible_content_ground").is_none(), "{st:#}");
     assert_eq!(list[0]["policy"], "hate");
 
+    // Each restrictive decision's webhook event carries its statement;
+    // other events carry none.
+    let want = [
+        (spam.clone(), "AUTOMATED_DECISION_FULLY"),
+        (spam.clone(), "AUTOMATED_DECISION_PARTIALLY"),
+        (clean.clone(), "AUTOMATED_DECISION_NOT_AUTOMATED"),
+    ];
+    gavel_tests::server::eventually(
+        "the statements delivered",
+        std::time::Duration::from_secs(20),
+        async || {
+            let got = receiver.accepted();
+            want.iter().all(|(item, automated)| {
+                got.iter().any(|c| {
+                    c.item_id.as_deref() == Some(item.as_str())
+                        && c.statement
+                            .as_ref()
+                            .is_some_and(|st| serde_json::to_value(st.automated_decision).unwrap() == json!(automated))
+                })
+            })
+        },
+    )
+    .await;
+    for c in receiver.accepted() {
+        let restrictive = ["rejected", "held_for_review", "deleted"].contains(&c.to_status.as_str());
+        assert_eq!(c.statement.is_some(), restrictive && c.item_id.is_some(), "{c:?}");
+        if let Some(st) = &c.statement {
+            let list = statements(&s, c.item_id.as_deref().unwrap()).await;
+            let same = list
+                .iter()
+                .find(|l| l["item_version"] == json!(c.item_version))
+                .unwrap();
+            assert_eq!(
+                same["statement"],
+                serde_json::to_value(st).unwrap(),
+                "the event's statement is the API's"
+            );
+        }
+    }
+
     // An unknown policy is refused, and nothing changes.
     let (status, body) = moderate(
         &s,
@@ -183,7 +249,7 @@ async fn statements_say_who_decided(setup: Setup) {
     .await;
     assert_eq!(
         (status, body["error"]["code"].as_str()),
-        (400, Some("unknown_policy")),
+        (422, Some("unknown_policy")),
         "{body:#}"
     );
     // The author's own deletion has no statement; another client sees none.
@@ -625,13 +691,13 @@ async fn timed_restrictions_end_once_at_their_time_across_a_restart(setup: Setup
     .await;
     assert_eq!(
         (status, r["error"]["code"].as_str()),
-        (400, Some("invalid_until")),
+        (422, Some("invalid_until")),
         "{r:#}"
     );
     let (status, r) = moderate(&s, &item, json!({"status": "visible", "reason": "x", "until": until})).await;
     assert_eq!(
         (status, r["error"]["code"].as_str()),
-        (400, Some("invalid_until")),
+        (422, Some("invalid_until")),
         "{r:#}"
     );
 
