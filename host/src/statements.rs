@@ -282,3 +282,136 @@ fn facts(t: &TransitionRecord, who: AutomatedDecision, rules: &[RuleRef], behind
     }
     bounded(&out, 5_000)
 }
+
+/// A statement of an account decision: an author's state moved to (or a
+/// moderator set) a tier that restricts them.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct AccountStatement {
+    pub client: String,
+    pub author: String,
+    /// The author's version the decision made.
+    pub version: i64,
+    /// The account state it set.
+    pub status: String,
+    pub actor: crate::domain::standing::AuthorActor,
+    /// The policy it is stated under: `[statements] default_policy` (an
+    /// account decision names none yet).
+    pub policy: String,
+    pub decided_at: i64,
+    pub statement: Statement,
+}
+
+/// Whether an author transition is a decision with a statement: into a
+/// tier whose effect restricts the author, as a change of state or a
+/// moderator's (re)decision; an expiry that leaves the state as it was is
+/// not a new decision.
+pub fn account_has_statement(
+    t: &crate::store::AuthorTransitionRecord,
+    standing: &crate::domain::standing::StandingPolicy,
+) -> bool {
+    use crate::domain::standing::{AuthorActor, TierEffect};
+    let restricts = standing
+        .tier(&t.to_status)
+        .is_some_and(|tier| tier.effect != TierEffect::None);
+    restricts && (t.from_status != t.to_status || t.actor == AuthorActor::Moderator)
+}
+
+/// The statement of author transition `t` of `record`.
+pub fn derive_account(
+    record: &crate::store::AuthorRecord,
+    t: &crate::store::AuthorTransitionRecord,
+    standing: &crate::domain::standing::StandingPolicy,
+    policies: &Policies,
+) -> AccountStatement {
+    use crate::domain::standing::{AuthorActor, TierEffect};
+    let effect = standing.tier(&t.to_status).map(|tier| tier.effect).unwrap_or_default();
+    // What the strikes alone would have set when the decision was taken.
+    let strikes_restrict = standing.tier_for(t.strikes).effect != TierEffect::None;
+    let automated_decision = match t.actor {
+        AuthorActor::Rules => AutomatedDecision::Fully,
+        AuthorActor::Moderator if strikes_restrict => AutomatedDecision::Partially,
+        AuthorActor::Moderator => AutomatedDecision::NotAutomated,
+    };
+    let policy = &policies.default;
+    let (provision, account, what) = match effect {
+        TierEffect::Reject => (
+            None,
+            Some("DECISION_ACCOUNT_SUSPENDED"),
+            "The account is suspended: its new content is rejected.",
+        ),
+        _ => (
+            Some("DECISION_PROVISION_PARTIAL_SUSPENSION"),
+            None,
+            "The account is restricted: its new content is held until a moderator has reviewed it.",
+        ),
+    };
+    let who = match automated_decision {
+        AutomatedDecision::Fully => format!(
+            "Decided automatically: {} strikes from the rules' decisions on the account's content reach the state {}.",
+            t.strikes, t.to_status
+        ),
+        AutomatedDecision::Partially => format!(
+            "Decided by a moderator; the account's {} strikes from the rules' decisions also reach a restriction.",
+            t.strikes
+        ),
+        AutomatedDecision::NotAutomated => "Decided by a moderator.".to_string(),
+    };
+    let facts = bounded(&format!("{what} Reason: {} {who}", sentence(&t.reason)), 5_000);
+    let explanation = {
+        let why = policy.explanation.as_deref().unwrap_or(&policy.title);
+        bounded(&format!("{why} {}", sentence(&t.reason)), 2_000)
+    };
+    let (illegal, incompatible) = match policy.decision_ground {
+        DecisionGround::IncompatibleContent => ((None, None), (Some(bounded(&policy.ground, 500)), Some(explanation))),
+        DecisionGround::IllegalContent => ((Some(bounded(&policy.ground, 500)), Some(explanation)), (None, None)),
+    };
+    AccountStatement {
+        client: record.client.clone(),
+        author: record.author.clone(),
+        version: t.version,
+        status: t.to_status.clone(),
+        actor: t.actor,
+        policy: policy.id.clone(),
+        decided_at: t.created_at,
+        statement: Statement {
+            decision_visibility: None,
+            decision_provision: provision.map(str::to_string),
+            decision_account: account.map(str::to_string),
+            decision_ground: match policy.decision_ground {
+                DecisionGround::IncompatibleContent => "DECISION_GROUND_INCOMPATIBLE_CONTENT",
+                DecisionGround::IllegalContent => "DECISION_GROUND_ILLEGAL_CONTENT",
+            }
+            .to_string(),
+            decision_ground_reference_url: policy.url.clone(),
+            illegal_content_legal_ground: illegal.0,
+            illegal_content_explanation: illegal.1,
+            incompatible_content_ground: incompatible.0,
+            incompatible_content_explanation: incompatible.1,
+            content_type: vec!["CONTENT_TYPE_TEXT".to_string()],
+            category: policy.category.clone(),
+            territorial_scope: (!policies.statements.territorial_scope.is_empty())
+                .then(|| policies.statements.territorial_scope.clone()),
+            // The account's content began then.
+            content_date: date(record.first_seen.min(t.created_at)),
+            application_date: date(t.created_at),
+            end_date_visibility_restriction: None,
+            end_date_account_restriction: t.ends_at.map(date),
+            decision_facts: facts,
+            source_type: "SOURCE_VOLUNTARY".to_string(),
+            automated_detection: if t.strikes > 0.0 { "Yes" } else { "No" }.to_string(),
+            automated_decision,
+            puid: account_puid(&record.client, &record.author, t.version),
+        },
+    }
+}
+
+/// An account decision's unique id: `acct-` and a hash of client and
+/// author (which may hold any character), then the author's version.
+pub fn account_puid(client: &str, author: &str, version: i64) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(client.as_bytes());
+    h.update([0]);
+    h.update(author.as_bytes());
+    format!("acct-{}-{version}", &hex::encode(h.finalize())[..24])
+}

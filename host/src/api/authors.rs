@@ -167,6 +167,45 @@ pub async fn get_author(
     Ok(Json(view(&state, details)))
 }
 
+/// The statements of reasons of an author's account decisions (a state
+/// that restricts them, set by automation or a moderator), oldest first,
+/// from the page of transitions the query asks for (`limit`,
+/// `transitions_after`).
+#[utoipa::path(
+    get, path = "/v1/authors/{author}/statements", tag = "appeals",
+    params(("author" = String, Path), AuthorQuery),
+    responses(
+        (status = 200, body = Vec<crate::statements::AccountStatement>), (status = 400, body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 503, body = ErrorBody),
+    ),
+    security(("bearer" = []))
+)]
+pub async fn author_statements(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(author): Path<String>,
+    Query(q): Query<AuthorQuery>,
+) -> Result<Json<Vec<crate::statements::AccountStatement>>, ApiError> {
+    validate::path_id("author", &author)?;
+    let client = client_of(&caller, &q)?;
+    let page = page_of(&q)?;
+    let details = state
+        .store
+        .author(client, &author, &state.standing, crate::clock::now_ms(), page)
+        .await?
+        .ok_or_else(|| ApiError::not_found("author"))?;
+    let policies = crate::domain::statements::Policies::new(&state.config.policies, &state.config.statements);
+    Ok(Json(
+        details
+            .transitions
+            .iter()
+            .filter(|t| crate::statements::account_has_statement(t, &state.standing))
+            .map(|t| crate::statements::derive_account(&details.record, t, &state.standing, &policies))
+            .collect(),
+    ))
+}
+
 /// A moderator's decision about an author's account.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -245,6 +245,12 @@ fn routes() -> Routes {
     )
     .add(Method::GET, "/v1/authors/{author}", Client, get(authors::get_author))
     .add(
+        Method::GET,
+        "/v1/authors/{author}/statements",
+        Client,
+        get(authors::author_statements),
+    )
+    .add(
         Method::POST,
         "/v1/authors/{author}/moderation",
         Moderator,
@@ -356,7 +362,7 @@ pub fn route_table() -> Vec<RouteInfo> {
         submit::submit, submit::submit_batch, items::get_item, items::delete_item, events::append_event, events::append_batch,
         moderation::moderate, moderation::review_queue, moderation::evaluate_now,
         moderation::dead_letters, moderation::replay_dead_letter, authors::get_author, authors::moderate_author,
-        appeals::item_statements, appeals::open_appeal, appeals::item_appeals, appeals::appeal_queue,
+        authors::author_statements,        appeals::item_statements, appeals::open_appeal, appeals::item_appeals, appeals::appeal_queue,
         appeals::appeal_figures, appeals::get_appeal, appeals::decide_appeal,
         delivery::changes, delivery::deliveries, delivery::replay_delivery, delivery::webhook_endpoints,
         delivery::enable_endpoint, providers::callback,

@@ -128,12 +128,7 @@ async fn export_statements(args: ExportArgs) -> anyhow::Result<ExitCode> {
         args.format == Format::Ndjson,
         "statements are exported as NDJSON only (the Transparency Database's batch bodies)"
     );
-    let mut after: i64 = match args.after.as_deref() {
-        None | Some("") => 0,
-        Some(c) => {
-            crate::domain::parse_decimal(c).ok_or_else(|| anyhow::anyhow!("--after: not a cursor of statements"))?
-        }
-    };
+    let (mut items_after, mut accounts_after) = parse_statements_cursor(args.after.as_deref().unwrap_or(""))?;
     let since = args.since.unwrap_or(Millis::MIN);
     let until = args.until.unwrap_or(Millis::MAX);
     anyhow::ensure!(since < until, "--since must be before --until");
@@ -147,9 +142,25 @@ async fn export_statements(args: ExportArgs) -> anyhow::Result<ExitCode> {
         ))
     };
     let mut written = 0u64;
+    let mut emit = |out: &mut Box<dyn Write + Send>, batch: Vec<crate::domain::statements::Statement>| {
+        written += batch.len() as u64;
+        if batch.is_empty() {
+            return Ok::<_, anyhow::Error>(());
+        }
+        serde_json::to_writer(&mut *out, &serde_json::json!({ "statements": batch }))?;
+        out.write_all(b"\n")?;
+        Ok(())
+    };
+    // The items' decisions, then the accounts', each in id order.
     loop {
         let page = store
-            .restrictive_transitions(after, since, until, args.client.as_deref(), STATEMENTS_PER_BATCH as i64)
+            .restrictive_transitions(
+                items_after,
+                since,
+                until,
+                args.client.as_deref(),
+                STATEMENTS_PER_BATCH as i64,
+            )
             .await?;
         let Some((last, _)) = page.last() else {
             break;
@@ -167,16 +178,60 @@ async fn export_statements(args: ExportArgs) -> anyhow::Result<ExitCode> {
                 batch.push(crate::statements::derive(d, t, &policies).statement);
             }
         }
-        after = *last;
-        written += batch.len() as u64;
-        serde_json::to_writer(&mut out, &serde_json::json!({ "statements": batch }))?;
-        out.write_all(b"\n")?;
+        items_after = *last;
+        emit(&mut out, batch)?;
+    }
+    loop {
+        let page = store
+            .author_transitions_after(
+                accounts_after,
+                since,
+                until,
+                args.client.as_deref(),
+                STATEMENTS_PER_BATCH as i64,
+            )
+            .await?;
+        let Some((_, last)) = page.last() else {
+            break;
+        };
+        accounts_after = last.id;
+        let batch = page
+            .iter()
+            .filter(|(_, t)| crate::statements::account_has_statement(t, &config.standing))
+            .map(|(record, t)| crate::statements::derive_account(record, t, &config.standing, &policies).statement)
+            .collect();
+        emit(&mut out, batch)?;
     }
     out.flush()?;
-    let cursor = after.to_string();
+    let cursor = format!("{items_after}.{accounts_after}");
     if let Some(path) = &args.cursor_out {
         std::fs::write(path, format!("{cursor}\n")).with_context(|| format!("writing {}", path.display()))?;
     }
     eprintln!("exported {written} statements; continue with --after '{cursor}'");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The cursor `gavel export statements` ends with: the last item
+/// transition and the last account transition it read, `ITEMS.ACCOUNTS`.
+fn parse_statements_cursor(text: &str) -> anyhow::Result<(i64, i64)> {
+    if text.is_empty() {
+        return Ok((0, 0));
+    }
+    let bad = || anyhow::anyhow!("--after {text:?} is not a cursor of statements (ITEMS.ACCOUNTS)");
+    let (items, accounts) = text.split_once('.').ok_or_else(bad)?;
+    let n = |s| crate::domain::parse_decimal(s).ok_or_else(bad);
+    Ok((n(items)?, n(accounts)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statement_cursors_name_both_logs() {
+        assert_eq!(parse_statements_cursor("").unwrap(), (0, 0));
+        assert_eq!(parse_statements_cursor("12.7").unwrap(), (12, 7));
+        assert!(parse_statements_cursor("12").is_err());
+        assert!(parse_statements_cursor("a.1").is_err());
+    }
 }

@@ -193,6 +193,18 @@ pub trait Authors: Send + Sync {
         limit: i64,
     ) -> StoreResult<Vec<(String, String, i64)>>;
 
+    /// Author transitions in id order after `after`, made in `[since,
+    /// until)` for `client` (any when `None`), each with its author's row:
+    /// one keyset page of `gavel export statements`.
+    async fn author_transitions_after(
+        &self,
+        after: i64,
+        since: Millis,
+        until: Millis,
+        client: Option<&str>,
+        limit: i64,
+    ) -> StoreResult<Vec<(AuthorRecord, AuthorTransitionRecord)>>;
+
     /// Authors due for recomputation since before `before`, as
     /// `(recheck_at, client, author)` in that order, after `after` in it:
     /// one keyset page of a pass over all of them.
@@ -666,6 +678,58 @@ macro_rules! impl_authors {
                         tx.commit().await?;
                         Ok(AuthorModerationOutcome::Applied { version })
                     })
+                }
+
+                async fn author_transitions_after(
+                    &self,
+                    after: i64,
+                    since: Millis,
+                    until: Millis,
+                    client: Option<&str>,
+                    limit: i64,
+                ) -> StoreResult<Vec<(AuthorRecord, AuthorTransitionRecord)>> {
+                    let authors: String = AUTHOR_COLUMNS
+                        .split(',')
+                        .map(|c| format!("a.{}", c.trim()))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    let rows = sqlx::query(&format!(
+                        "SELECT {authors}, t.id AS t_id, t.from_status AS t_from, t.to_status AS t_to, \
+                         t.version AS t_version, t.cause AS t_cause, t.actor AS t_actor, t.actor_name AS t_actor_name, \
+                         t.reason AS t_reason, t.strikes AS t_strikes, t.correlation_id AS t_correlation, \
+                         t.created_at AS t_created_at, t.ends_at AS t_ends_at \
+                         FROM author_transitions t JOIN authors a ON a.client = t.client AND a.author = t.author \
+                         WHERE t.id > $1 AND t.created_at >= $2 AND t.created_at < $3 AND ($4 = '' OR t.client = $4) \
+                         ORDER BY t.id LIMIT $5"
+                    ))
+                    .bind(after)
+                    .bind(since)
+                    .bind(until)
+                    .bind(client.unwrap_or(""))
+                    .bind(limit)
+                    .fetch_all(self.read_pool())
+                    .await?;
+                    rows.iter()
+                        .map(|r| {
+                            Ok((
+                                author_from_row(r)?,
+                                AuthorTransitionRecord {
+                                    id: r.try_get("t_id")?,
+                                    from_status: r.try_get("t_from")?,
+                                    to_status: r.try_get("t_to")?,
+                                    version: r.try_get("t_version")?,
+                                    cause: rows::parse(r.try_get::<&str, _>("t_cause")?)?,
+                                    actor: rows::parse(r.try_get::<&str, _>("t_actor")?)?,
+                                    actor_name: r.try_get("t_actor_name")?,
+                                    reason: r.try_get("t_reason")?,
+                                    strikes: r.try_get("t_strikes")?,
+                                    correlation_id: r.try_get("t_correlation")?,
+                                    created_at: r.try_get("t_created_at")?,
+                                    ends_at: r.try_get("t_ends_at")?,
+                                },
+                            ))
+                        })
+                        .collect()
                 }
 
                 async fn end_timed_states(

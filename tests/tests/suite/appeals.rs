@@ -676,7 +676,8 @@ async fn second_server(first: &TestServer) -> TestServer {
 /// before that time and started again after it, beside a second server on
 /// the same store; each restriction is lifted exactly once (one audited
 /// transition, one event on the changes feed), the item visible again and
-/// the account handed back to automation.
+/// the account handed back to automation. Account decisions have their
+/// statements: the moderator's suspension, the rules' restriction.
 async fn timed_restrictions_end_once_at_their_time_across_a_restart(setup: Setup) {
     let s = server(setup, true).await;
     let item = s.submit("bob", "a post that is fine after all").await;
@@ -729,6 +730,21 @@ async fn timed_restrictions_end_once_at_their_time_across_a_restart(setup: Setup
     );
     assert_eq!(bob["until"], json!(until));
 
+    let account = s.get_json("/v1/authors/bob/statements", &s.client).await;
+    assert_eq!(account.as_array().map(Vec::len), Some(1), "{account:#}");
+    let st = &account[0]["statement"];
+    assert!(statement_errors(st).is_empty(), "{:?}", statement_errors(st));
+    assert_eq!(st["decision_account"], "DECISION_ACCOUNT_SUSPENDED");
+    assert_eq!(
+        st["automated_decision"], "AUTOMATED_DECISION_NOT_AUTOMATED",
+        "no strikes behind it"
+    );
+    assert_eq!(
+        st["end_date_account_restriction"],
+        gavel::domain::statements::date(until)
+    );
+    assert!(st["puid"].as_str().unwrap().starts_with("acct-"));
+
     // Stopped before the end, started again after it, with a second server.
     let (config, dir) = s.stop_keeping_dir().await;
     tokio::time::sleep(std::time::Duration::from_millis((until - now_ms()).max(0) as u64 + 200)).await;
@@ -780,6 +796,60 @@ async fn timed_restrictions_end_once_at_their_time_across_a_restart(setup: Setup
         s.get_json(&format!("/v1/items/{item}"), &s.moderator).await["transitions"],
         lifted["transitions"]
     );
+    // The end of the suspension is no new restriction: still one statement.
+    let account = s.get_json("/v1/authors/bob/statements", &s.client).await;
+    assert_eq!(account.as_array().map(Vec::len), Some(1), "{account:#}");
+
+    // Four rejections restrict carl (the default tiers: restricted at 4
+    // strikes): an account decision of the rules alone.
+    for n in 0..4 {
+        let id = s.submit("carl", &format!("{SPAM} {n}")).await;
+        s.settled(&id).await;
+    }
+    gavel_tests::server::eventually("carl restricted", std::time::Duration::from_secs(20), async || {
+        s.get_json("/v1/authors/carl", &s.client).await["status"] == "restricted"
+    })
+    .await;
+    let account = s.get_json("/v1/authors/carl/statements", &s.client).await;
+    assert_eq!(
+        account.as_array().map(Vec::len),
+        Some(1),
+        "only the restriction: {account:#}"
+    );
+    let st = &account[0]["statement"];
+    assert!(statement_errors(st).is_empty(), "{:?}", statement_errors(st));
+    assert_eq!(
+        (
+            st["decision_provision"].as_str(),
+            st["automated_decision"].as_str(),
+            st["automated_detection"].as_str()
+        ),
+        (
+            Some("DECISION_PROVISION_PARTIAL_SUSPENSION"),
+            Some("AUTOMATED_DECISION_FULLY"),
+            Some("Yes")
+        )
+    );
+    // The export holds the account decisions after the items', every body valid.
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("statements.ndjson");
+    let run = std::process::Command::new(gavel_tests::servers::gavel_binary())
+        .args(["export", "statements", "--database-url"])
+        .arg(s.config.database_url())
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let mut accounts = 0;
+    for line in std::fs::read_to_string(&out).unwrap().lines() {
+        let body: Value = serde_json::from_str(line).unwrap();
+        assert!(batch_errors(&body).is_empty(), "{:?}", batch_errors(&body));
+        for st in body["statements"].as_array().unwrap() {
+            accounts += usize::from(st["puid"].as_str().unwrap().starts_with("acct-"));
+        }
+    }
+    assert_eq!(accounts, 2, "bob's suspension and carl's restriction");
     t.stop().await.unwrap();
     stop(s).await;
 }
