@@ -109,50 +109,9 @@ pub async fn open_appeal(
         return Err(ApiError::bad_request("invalid_body", "`text` must not be empty"));
     }
     let key = idempotency_key(&headers)?;
-    let Some(details) = state.store.item_details(&id).await? else {
-        return Err(ApiError::not_found("item"));
-    };
-    // Only the client whose item it is appeals on its users' behalf.
-    if details.item.client != caller.name {
-        return Err(ApiError::not_found("item"));
-    }
-    let statements = statements::for_item(&details, &policies(&state));
-    let in_force = details.item.version;
-    let wanted = req.item_version.unwrap_or(in_force);
-    let unprocessable = |code, msg: String| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, code, msg);
-    let Some(s) = statements.iter().find(|s| s.item_version == wanted) else {
-        return Err(unprocessable(
-            "no_decision",
-            format!("version {wanted} of the item is not a restrictive decision: there is nothing to appeal"),
-        ));
-    };
-    if wanted != in_force {
-        return Err(unprocessable(
-            "decision_superseded",
-            format!("the decision of version {wanted} is no longer in force (the item is at version {in_force})"),
-        ));
-    }
-    let Some(until) = s.appealable_until else {
-        return Err(unprocessable(
-            "not_appealable",
-            format!(
-                "a {} item cannot be reinstated, so its decision cannot be appealed",
-                s.status
-            ),
-        ));
-    };
-    let now = now_ms();
-    if now > until {
-        return Err(unprocessable(
-            "appeal_window_closed",
-            format!(
-                "the decision of {} could be appealed until {} ({} days)",
-                s.statement.application_date,
-                crate::domain::statements::date(until),
-                state.config.statements.appeal_window_days
-            ),
-        ));
-    }
+    super::rate_limited(&state.client_limiter, &caller.name)?;
+    // The key first: a retry is answered as the first request was, even
+    // once the decision has moved on.
     let claimed = match key {
         Some(k) => match claim_key(
             &state,
@@ -168,6 +127,17 @@ pub async fn open_appeal(
         },
         None => None,
     };
+    let checked = appealable(&state, &caller, &id, req.item_version).await;
+    let s = match checked {
+        Ok(s) => s,
+        Err(e) => {
+            if let Some(k) = &claimed {
+                k.release(&state).await;
+            }
+            return Err(e);
+        }
+    };
+    let now = now_ms();
     let rule = s.rules.first();
     let new = NewAppeal {
         appeal: Appeal {
@@ -221,6 +191,63 @@ pub async fn open_appeal(
             "the Idempotency-Key expired while the request ran; send it again",
         )),
     }
+}
+
+/// The statement of the decision an appeal of item `id` is about: the one
+/// of `version` (default: the decision in force), if it is in force,
+/// appealable and within its window.
+async fn appealable(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    version: Option<i64>,
+) -> Result<ItemStatement, ApiError> {
+    let Some(details) = state.store.item_details(id).await? else {
+        return Err(ApiError::not_found("item"));
+    };
+    // Only the client whose item it is appeals on its users' behalf.
+    if details.item.client != caller.name {
+        return Err(ApiError::not_found("item"));
+    }
+    let in_force = details.item.version;
+    let wanted = version.unwrap_or(in_force);
+    let unprocessable = |code, msg: String| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, code, msg);
+    let Some(s) = statements::for_item(&details, &policies(state))
+        .into_iter()
+        .find(|s| s.item_version == wanted)
+    else {
+        return Err(unprocessable(
+            "no_decision",
+            format!("version {wanted} of the item is not a restrictive decision: there is nothing to appeal"),
+        ));
+    };
+    if wanted != in_force {
+        return Err(unprocessable(
+            "decision_superseded",
+            format!("the decision of version {wanted} is no longer in force (the item is at version {in_force})"),
+        ));
+    }
+    let Some(until) = s.appealable_until else {
+        return Err(unprocessable(
+            "not_appealable",
+            format!(
+                "a {} item cannot be reinstated, so its decision cannot be appealed",
+                s.status
+            ),
+        ));
+    };
+    if now_ms() > until {
+        return Err(unprocessable(
+            "appeal_window_closed",
+            format!(
+                "the decision of {} could be appealed until {} ({} days)",
+                s.statement.application_date,
+                crate::domain::statements::date(until),
+                state.config.statements.appeal_window_days
+            ),
+        ));
+    }
+    Ok(s)
 }
 
 fn appeal_labels(a: &Appeal) -> crate::metrics::AppealLabels {
