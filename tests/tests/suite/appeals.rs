@@ -406,6 +406,13 @@ async fn appeals_are_opened_once_within_their_window(setup: Setup) {
         (422, Some("decision_superseded")),
         "{r:#}"
     );
+    // The first request's retry is still answered as it was.
+    let (again, b) = appeal(&s, &spam, body.clone(), Some("appeal-1")).await;
+    assert_eq!(
+        (again, &b["id"]),
+        (201, &a["id"]),
+        "a replay after the decision moved on: {b:#}"
+    );
     stop(s).await;
 }
 
