@@ -152,6 +152,8 @@ const TRANSITIONS: &[Column] = &[
     c("reason", Text, false),
     c("correlation_id", Text, false),
     c("created_at", Time, false),
+    c("policy", Text, true),
+    c("ends_at", Time, true),
 ];
 
 const ITEMS: &[Column] = &[
@@ -270,7 +272,7 @@ pub(crate) fn page_sql(table: ExportTable, client: bool) -> String {
         ),
         ExportTable::Transitions => (
             "SELECT t.id, t.item_id, i.client, i.author, i.kind, t.version, t.from_status, t.to_status, t.cause, \
-             t.actor, t.actor_name, t.reason, t.correlation_id, t.created_at \
+             t.actor, t.actor_name, t.reason, t.correlation_id, t.created_at, t.policy, t.ends_at \
              FROM transitions t JOIN items i ON i.id = t.item_id",
             format!("t.id > ${k} AND t.id <= ${}", k + 1),
             "t.created_at",
@@ -397,6 +399,8 @@ pub(crate) fn row_of(table: ExportTable, f: &dyn Fields) -> StoreResult<ExportRo
                     text(11)?,
                     text(12)?,
                     time(13)?,
+                    opt_text(14)?,
+                    f.opt_int(15)?.map_or(Cell::Null, Cell::Time),
                 ],
             }
         }

@@ -803,6 +803,25 @@ async fn timed_restrictions_end_once_at_their_time_across_a_restart(setup: Setup
         s.get_json(&format!("/v1/items/{item}"), &s.moderator).await["transitions"],
         lifted["transitions"]
     );
+    // The transitions export names the policy and the end.
+    let exported = s
+        .get("/v1/exports/transitions", &s.moderator)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let row = exported
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|r| r["item_id"] == item.as_str() && r["to_status"] == "rejected")
+        .unwrap_or_else(|| panic!("{exported}"));
+    assert_eq!(
+        (row["policy"].as_str(), row["ends_at_ms"].as_i64()),
+        (Some("scams"), Some(until)),
+        "{row}"
+    );
     // The end of the suspension is no new restriction: still one statement.
     let account = s.get_json("/v1/authors/bob/statements", &s.client).await;
     assert_eq!(account.as_array().map(Vec::len), Some(1), "{account:#}");
