@@ -780,8 +780,10 @@ async fn author_invariants(pool: &sqlx::PgPool, db: &str) -> Vec<(&'static str, 
 }
 
 /// `gavel export statements` over the run's store: one statement per
-/// restrictive transition not by an author, in batch bodies the DSA
-/// Transparency Database's rules accept (`gavel_tests::transparency`).
+/// restrictive item transition not by an author and per account decision
+/// into a restricting tier (the default tiers: `restricted`, `suspended`),
+/// in batch bodies the DSA Transparency Database's rules accept
+/// (`gavel_tests::transparency`).
 async fn statements_valid(pool: &sqlx::PgPool, db: &str) -> bool {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("statements.ndjson");
@@ -795,26 +797,39 @@ async fn statements_valid(pool: &sqlx::PgPool, db: &str) -> bool {
         return false;
     }
     let text = std::fs::read_to_string(&out).unwrap();
-    let mut exported = 0usize;
+    let (mut items, mut accounts) = (0i64, 0i64);
     let mut errors = Vec::new();
     for line in text.lines() {
         let body: serde_json::Value = serde_json::from_str(line).unwrap();
-        exported += body["statements"].as_array().map_or(0, Vec::len);
+        for st in body["statements"].as_array().into_iter().flatten() {
+            match st["puid"].as_str().is_some_and(|p| p.starts_with("acct-")) {
+                true => accounts += 1,
+                false => items += 1,
+            }
+        }
         errors.extend(gavel_tests::transparency::batch_errors(&body));
     }
-    let decisions: i64 = sqlx::query_scalar(
+    let item_decisions: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM transitions WHERE to_status IN ('rejected', 'held_for_review', 'deleted') \
          AND actor <> 'author'",
     )
     .fetch_one(pool)
     .await
     .unwrap();
+    let account_decisions: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM author_transitions WHERE to_status IN ('restricted', 'suspended') \
+         AND (from_status <> to_status OR actor = 'moderator')",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
     eprintln!(
-        "statements: {exported} exported for {decisions} restrictive decisions, {} validation errors {:?}",
+        "statements: {items} of items for {item_decisions} restrictive decisions, {accounts} of accounts for \
+         {account_decisions}, {} validation errors {:?}",
         errors.len(),
         &errors[..errors.len().min(5)]
     );
-    errors.is_empty() && exported as i64 == decisions && exported > 0
+    errors.is_empty() && items == item_decisions && accounts == account_decisions && items > 0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
