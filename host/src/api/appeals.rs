@@ -12,7 +12,6 @@ use super::moderation::{decide, known_policy};
 use super::validate;
 use crate::clock::now_ms;
 use crate::domain::ItemStatus;
-use crate::domain::statements::Policies;
 use crate::statements::{self, ItemStatement};
 use crate::store::{
     Appeal, AppealClose, AppealFigures, AppealOpened, AppealStatus, Appellant, ManualActor, Moderation,
@@ -24,11 +23,6 @@ use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-/// The policies in force, as this process was configured.
-fn policies(state: &AppState) -> Policies {
-    Policies::new(&state.config.policies, &state.config.statements)
-}
-
 /// An item's statements, if the caller may read the item.
 async fn statements_of(state: &AppState, caller: &Caller, id: &str) -> Result<Vec<ItemStatement>, ApiError> {
     validate::path_id("id", id)?;
@@ -36,7 +30,7 @@ async fn statements_of(state: &AppState, caller: &Caller, id: &str) -> Result<Ve
     let Some(d) = details.filter(|d| caller.may_read(&d.item.client)) else {
         return Err(ApiError::not_found("item"));
     };
-    Ok(statements::for_item(&d, &policies(state)))
+    Ok(statements::for_item(&d, &state.policies))
 }
 
 /// The statements of reasons of an item's restrictive decisions, oldest
@@ -212,7 +206,7 @@ async fn appealable(
     let in_force = details.item.version;
     let wanted = version.unwrap_or(in_force);
     let unprocessable = |code, msg: String| ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, code, msg);
-    let Some(s) = statements::for_item(&details, &policies(state))
+    let Some(s) = statements::for_item(&details, &state.policies)
         .into_iter()
         .find(|s| s.item_version == wanted)
     else {

@@ -195,13 +195,12 @@ pub async fn author_statements(
         .author(client, &author, &state.standing, crate::clock::now_ms(), page)
         .await?
         .ok_or_else(|| ApiError::not_found("author"))?;
-    let policies = crate::domain::statements::Policies::new(&state.config.policies, &state.config.statements);
     Ok(Json(
         details
             .transitions
             .iter()
             .filter(|t| crate::statements::account_has_statement(t, &state.standing))
-            .map(|t| crate::statements::derive_account(&details.record, t, &state.standing, &policies))
+            .map(|t| crate::statements::derive_account(&details.record, t, &state.standing, &state.policies))
             .collect(),
     ))
 }

@@ -76,6 +76,9 @@ pub struct AppState {
     pub(crate) backtests: Arc<backtests::Runner>,
     /// `config.standing`, shared with every submission's write.
     pub standing: Arc<crate::domain::standing::StandingPolicy>,
+    /// `config.policies` and `config.statements`: what statements of
+    /// reasons are derived under.
+    pub policies: Arc<crate::domain::statements::Policies>,
     /// The providers' secrets that verify their callbacks.
     pub keyring: Arc<crate::secrets::Keyring>,
     /// The compiled version of every list this process serves.
@@ -112,6 +115,10 @@ impl AppState {
                 i.author_limiter_max_keys,
             )),
             standing: Arc::new(p.config.standing.clone()),
+            policies: Arc::new(crate::domain::statements::Policies::new(
+                &p.config.policies,
+                &p.config.statements,
+            )),
             config: p.config,
             store: p.store,
             writes: p.writes,

@@ -67,8 +67,7 @@ pub(super) fn known_policy(state: &AppState, policy: Option<&str>) -> Result<(),
     let Some(id) = policy else {
         return Ok(());
     };
-    let policies = crate::domain::statements::Policies::new(&state.config.policies, &state.config.statements);
-    if policies.get(id).is_none() {
+    if state.policies.get(id).is_none() {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "unknown_policy",

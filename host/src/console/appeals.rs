@@ -11,7 +11,6 @@ use super::queue::{encode, excerpt};
 use super::session::{ConsoleForm, SignedIn};
 use crate::api::{AppState, AppealDecision, AppealOutcome, close_appeal};
 use crate::clock::now_ms;
-use crate::domain::statements::Policies;
 use crate::store::{AppealStatus, PAGE_ROWS};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -131,8 +130,7 @@ async fn render(
         .item_details(&appeal.item_id)
         .await?
         .ok_or_else(|| PageError::new(StatusCode::NOT_FOUND, "The appeal's item is gone."))?;
-    let policies = Policies::new(&state.config.policies, &state.config.statements);
-    let statement = crate::statements::for_item(&details, &policies)
+    let statement = crate::statements::for_item(&details, &state.policies)
         .into_iter()
         .find(|s| s.item_version == appeal.decision_version);
     let claim_live = appeal.claim_expires_at.is_some_and(|t| t > now);
