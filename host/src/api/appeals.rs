@@ -8,7 +8,7 @@ use super::AppState;
 use super::auth::{Caller, Moderator};
 use super::error::{ApiError, ErrorBody, Json, Path, Query};
 use super::idempotency::{claim_key, idempotency_key, request_hash};
-use super::moderation::{decide, known_policy};
+use super::moderation::{decide, keyset_page, known_policy, next_keyset};
 use super::validate;
 use crate::clock::now_ms;
 use crate::domain::ItemStatus;
@@ -307,18 +307,7 @@ pub async fn appeal_queue(
     Moderator(_moderator): Moderator,
     Query(q): Query<AppealQueueQuery>,
 ) -> Result<Json<AppealPage>, ApiError> {
-    let limit = q.limit.unwrap_or(50);
-    if !(1..=500).contains(&limit) {
-        return Err(ApiError::bad_request("invalid_query", "limit must be 1-500"));
-    }
-    let cursor = q
-        .cursor
-        .as_deref()
-        .map(|c| {
-            crate::store::parse_review_cursor(c)
-                .ok_or_else(|| ApiError::bad_request("invalid_cursor", "cursor is not one gavel issued"))
-        })
-        .transpose()?;
+    let (limit, cursor) = keyset_page(q.limit, q.cursor.as_deref())?;
     let appeals = state
         .store
         .appeal_queue(
@@ -327,13 +316,7 @@ pub async fn appeal_queue(
             limit,
         )
         .await?;
-    let next_cursor = (appeals.len() as i64 == limit)
-        .then(|| {
-            appeals
-                .last()
-                .map(|a| crate::store::encode_review_cursor(&(a.opened_at, a.id.clone())))
-        })
-        .flatten();
+    let next_cursor = next_keyset(&appeals, limit, |a| (a.opened_at, a.id.clone()));
     Ok(Json(AppealPage { appeals, next_cursor }))
 }
 

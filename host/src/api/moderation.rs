@@ -233,6 +233,33 @@ pub struct ReviewItem {
     pub held_since: i64,
 }
 
+/// A page of a queue read by `(time, id)` keyset: `limit` (1-500, default
+/// 50) and the cursor a previous page handed out.
+pub(super) fn keyset_page(
+    limit: Option<i64>,
+    cursor: Option<&str>,
+) -> Result<(i64, Option<crate::store::ReviewCursor>), ApiError> {
+    let limit = limit.unwrap_or(50);
+    if !(1..=500).contains(&limit) {
+        return Err(ApiError::bad_request("invalid_query", "limit must be 1-500"));
+    }
+    let cursor = cursor
+        .map(|c| {
+            crate::store::parse_review_cursor(c)
+                .ok_or_else(|| ApiError::bad_request("invalid_cursor", "cursor is not one gavel issued"))
+        })
+        .transpose()?;
+    Ok((limit, cursor))
+}
+
+/// The cursor of the page after `rows` (a full page of `limit`), keyed by
+/// `key` of its last row; `None` on the last page.
+pub(super) fn next_keyset<T>(rows: &[T], limit: i64, key: impl Fn(&T) -> (i64, String)) -> Option<String> {
+    (rows.len() as i64 == limit)
+        .then(|| rows.last().map(|r| crate::store::encode_review_cursor(&key(r))))
+        .flatten()
+}
+
 /// Items held for review, oldest first.
 #[utoipa::path(
     get, path = "/v1/review-queue", tag = "moderator",
@@ -245,26 +272,9 @@ pub async fn review_queue(
     Moderator(_moderator): Moderator,
     Query(q): Query<ReviewQueueQuery>,
 ) -> Result<Json<ReviewQueuePage>, ApiError> {
-    let limit = q.limit.unwrap_or(50);
-    if !(1..=500).contains(&limit) {
-        return Err(ApiError::bad_request("invalid_query", "limit must be 1-500"));
-    }
-    let cursor = q
-        .cursor
-        .as_deref()
-        .map(|c| {
-            crate::store::parse_review_cursor(c)
-                .ok_or_else(|| ApiError::bad_request("invalid_cursor", "cursor is not one gavel issued"))
-        })
-        .transpose()?;
+    let (limit, cursor) = keyset_page(q.limit, q.cursor.as_deref())?;
     let items = state.store.review_queue(cursor.as_ref(), limit).await?;
-    let next_cursor = (items.len() as i64 == limit)
-        .then(|| {
-            items
-                .last()
-                .map(|i| crate::store::encode_review_cursor(&(i.updated_at, i.id.clone())))
-        })
-        .flatten();
+    let next_cursor = next_keyset(&items, limit, |i| (i.updated_at, i.id.clone()));
     Ok(Json(ReviewQueuePage {
         items: items
             .into_iter()
