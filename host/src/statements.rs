@@ -153,20 +153,7 @@ pub fn derive(details: &ItemDetails, t: &TransitionRecord, policies: &Policies) 
     };
     let detected = t.actor.is_automated() || !before.is_empty();
     let facts = facts(t, automated_decision, &rules, &behind);
-    let explanation = {
-        let why = policy.explanation.as_deref().unwrap_or(&policy.title);
-        bounded(&format!("{why} {}", sentence(&t.reason)), 2_000)
-    };
-    let (ground_fields, url) = match policy.decision_ground {
-        DecisionGround::IncompatibleContent => (
-            (None, None, Some(bounded(&policy.ground, 500)), Some(explanation)),
-            policy.url.clone(),
-        ),
-        DecisionGround::IllegalContent => (
-            (Some(bounded(&policy.ground, 500)), Some(explanation), None, None),
-            policy.url.clone(),
-        ),
-    };
+    let ground = Ground::of(policy, &t.reason);
     let visibility = match t.to_status {
         // Held: hidden until a human decides.
         ItemStatus::HeldForReview => "DECISION_VISIBILITY_CONTENT_DISABLED",
@@ -186,20 +173,15 @@ pub fn derive(details: &ItemDetails, t: &TransitionRecord, policies: &Policies) 
             decision_visibility: Some(vec![visibility.to_string()]),
             decision_provision: None,
             decision_account: None,
-            decision_ground: match policy.decision_ground {
-                DecisionGround::IncompatibleContent => "DECISION_GROUND_INCOMPATIBLE_CONTENT",
-                DecisionGround::IllegalContent => "DECISION_GROUND_ILLEGAL_CONTENT",
-            }
-            .to_string(),
-            decision_ground_reference_url: url,
-            illegal_content_legal_ground: ground_fields.0,
-            illegal_content_explanation: ground_fields.1,
-            incompatible_content_ground: ground_fields.2,
-            incompatible_content_explanation: ground_fields.3,
+            decision_ground: ground.decision_ground,
+            decision_ground_reference_url: ground.reference_url,
+            illegal_content_legal_ground: ground.illegal.0,
+            illegal_content_explanation: ground.illegal.1,
+            incompatible_content_ground: ground.incompatible.0,
+            incompatible_content_explanation: ground.incompatible.1,
             content_type: vec!["CONTENT_TYPE_TEXT".to_string()],
             category: policy.category.clone(),
-            territorial_scope: (!policies.statements.territorial_scope.is_empty())
-                .then(|| policies.statements.territorial_scope.clone()),
+            territorial_scope: territorial_scope(policies),
             content_date: date(item.created_at),
             application_date: date(t.created_at),
             end_date_visibility_restriction: t.ends_at.map(date),
@@ -211,6 +193,42 @@ pub fn derive(details: &ItemDetails, t: &TransitionRecord, policies: &Policies) 
             puid: puid(&item.id, t.version),
         },
     }
+}
+
+/// The fields a statement takes from its policy: the ground, the clause
+/// or law relied on, and the explanation (the policy's, then the
+/// decision's own reason), in the pair of fields its ground calls for.
+struct Ground {
+    decision_ground: String,
+    reference_url: Option<String>,
+    illegal: (Option<String>, Option<String>),
+    incompatible: (Option<String>, Option<String>),
+}
+
+impl Ground {
+    fn of(policy: &PolicyConfig, reason: &str) -> Ground {
+        let why = policy.explanation.as_deref().unwrap_or(&policy.title);
+        let fields = (
+            Some(bounded(&policy.ground, 500)),
+            Some(bounded(&format!("{why} {}", sentence(reason)), 2_000)),
+        );
+        let (decision_ground, illegal, incompatible) = match policy.decision_ground {
+            DecisionGround::IncompatibleContent => ("DECISION_GROUND_INCOMPATIBLE_CONTENT", (None, None), fields),
+            DecisionGround::IllegalContent => ("DECISION_GROUND_ILLEGAL_CONTENT", fields, (None, None)),
+        };
+        Ground {
+            decision_ground: decision_ground.to_string(),
+            reference_url: policy.url.clone(),
+            illegal,
+            incompatible,
+        }
+    }
+}
+
+/// `territorial_scope`: the configured countries, or left out.
+fn territorial_scope(policies: &Policies) -> Option<Vec<String>> {
+    let scope = &policies.statements.territorial_scope;
+    (!scope.is_empty()).then(|| scope.clone())
 }
 
 /// The statement's unique id: `ITEM_ID-VERSION` (item ids are UUIDs, so
@@ -357,14 +375,7 @@ pub fn derive_account(
         AutomatedDecision::NotAutomated => "Decided by a moderator.".to_string(),
     };
     let facts = bounded(&format!("{what} Reason: {} {who}", sentence(&t.reason)), 5_000);
-    let explanation = {
-        let why = policy.explanation.as_deref().unwrap_or(&policy.title);
-        bounded(&format!("{why} {}", sentence(&t.reason)), 2_000)
-    };
-    let (illegal, incompatible) = match policy.decision_ground {
-        DecisionGround::IncompatibleContent => ((None, None), (Some(bounded(&policy.ground, 500)), Some(explanation))),
-        DecisionGround::IllegalContent => ((Some(bounded(&policy.ground, 500)), Some(explanation)), (None, None)),
-    };
+    let ground = Ground::of(policy, &t.reason);
     AccountStatement {
         client: record.client.clone(),
         author: record.author.clone(),
@@ -377,20 +388,15 @@ pub fn derive_account(
             decision_visibility: None,
             decision_provision: provision.map(str::to_string),
             decision_account: account.map(str::to_string),
-            decision_ground: match policy.decision_ground {
-                DecisionGround::IncompatibleContent => "DECISION_GROUND_INCOMPATIBLE_CONTENT",
-                DecisionGround::IllegalContent => "DECISION_GROUND_ILLEGAL_CONTENT",
-            }
-            .to_string(),
-            decision_ground_reference_url: policy.url.clone(),
-            illegal_content_legal_ground: illegal.0,
-            illegal_content_explanation: illegal.1,
-            incompatible_content_ground: incompatible.0,
-            incompatible_content_explanation: incompatible.1,
+            decision_ground: ground.decision_ground,
+            decision_ground_reference_url: ground.reference_url,
+            illegal_content_legal_ground: ground.illegal.0,
+            illegal_content_explanation: ground.illegal.1,
+            incompatible_content_ground: ground.incompatible.0,
+            incompatible_content_explanation: ground.incompatible.1,
             content_type: vec!["CONTENT_TYPE_TEXT".to_string()],
             category: policy.category.clone(),
-            territorial_scope: (!policies.statements.territorial_scope.is_empty())
-                .then(|| policies.statements.territorial_scope.clone()),
+            territorial_scope: territorial_scope(policies),
             // The account's content began then.
             content_date: date(record.first_seen.min(t.created_at)),
             application_date: date(t.created_at),
