@@ -255,6 +255,23 @@ impl TestServer {
         (self.config.clone(), self.dir.take().unwrap())
     }
 
+    /// A second server on this one's store (and Redis, if any), with a
+    /// data directory and (embedded) a coordinator of its own, and a copy of
+    /// this one's plugin directory: a second process of the deployment.
+    pub async fn second(&self) -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        let plugins = dir.path().join("plugins");
+        std::fs::create_dir_all(&plugins).unwrap();
+        for entry in std::fs::read_dir(&self.config.plugin_dir).unwrap() {
+            let path = entry.unwrap().path();
+            std::fs::copy(&path, plugins.join(path.file_name().unwrap())).unwrap();
+        }
+        let mut config = self.config.clone();
+        config.plugin_dir = plugins;
+        config.data_dir = dir.path().join("data");
+        TestServer::serve(dir, self.setup, config, |_| {}).await
+    }
+
     /// The server's directory (plugins in `plugins/`).
     pub fn dir(&self) -> &Path {
         self.dir.as_ref().unwrap().path()

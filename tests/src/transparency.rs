@@ -379,3 +379,35 @@ pub fn with(statement: &Value, key: &str, value: Value) -> Value {
     }
     Value::Object(m)
 }
+
+/// Runs `gavel export statements` (the real binary) on the store at
+/// `database_url`, continuing after `after`: the batch bodies it wrote, one
+/// per line, and the cursor it ended with; `Err` with its standard error
+/// when it fails.
+pub fn export_statements(database_url: &str, after: Option<&str>) -> Result<(Vec<Value>, String), String> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("statements.ndjson");
+    let mut cmd = std::process::Command::new(crate::servers::gavel_binary());
+    cmd.args(["export", "statements", "--database-url", database_url, "--out"])
+        .arg(&out);
+    if let Some(after) = after {
+        cmd.args(["--after", after]);
+    }
+    let run = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+    if !run.status.success() {
+        return Err(stderr);
+    }
+    let cursor = stderr
+        .split("--after '")
+        .nth(1)
+        .and_then(|rest| rest.split('\'').next())
+        .unwrap_or_else(|| panic!("no cursor in {stderr:?}"))
+        .to_string();
+    let bodies = std::fs::read_to_string(&out)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    Ok((bodies, cursor))
+}

@@ -785,29 +785,23 @@ async fn author_invariants(pool: &sqlx::PgPool, db: &str) -> Vec<(&'static str, 
 /// in batch bodies the DSA Transparency Database's rules accept
 /// (`gavel_tests::transparency`).
 async fn statements_valid(pool: &sqlx::PgPool, db: &str) -> bool {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("statements.ndjson");
-    let run = std::process::Command::new(gavel_tests::servers::gavel_binary())
-        .args(["export", "statements", "--database-url", db, "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    if !run.status.success() {
-        eprintln!("gavel export statements: {}", String::from_utf8_lossy(&run.stderr));
-        return false;
-    }
-    let text = std::fs::read_to_string(&out).unwrap();
+    let bodies = match gavel_tests::transparency::export_statements(db, None) {
+        Ok((bodies, _)) => bodies,
+        Err(stderr) => {
+            eprintln!("gavel export statements: {stderr}");
+            return false;
+        }
+    };
     let (mut items, mut accounts) = (0i64, 0i64);
     let mut errors = Vec::new();
-    for line in text.lines() {
-        let body: serde_json::Value = serde_json::from_str(line).unwrap();
+    for body in &bodies {
         for st in body["statements"].as_array().into_iter().flatten() {
             match st["puid"].as_str().is_some_and(|p| p.starts_with("acct-")) {
                 true => accounts += 1,
                 false => items += 1,
             }
         }
-        errors.extend(gavel_tests::transparency::batch_errors(&body));
+        errors.extend(gavel_tests::transparency::batch_errors(body));
     }
     let item_decisions: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM transitions WHERE to_status IN ('rejected', 'held_for_review', 'deleted') \

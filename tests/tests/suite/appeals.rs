@@ -15,7 +15,7 @@ use gavel::domain::{Actor, ItemStatus};
 use gavel::store::{AppealClose, AppealStatus, Transition, TransitionRequest};
 use gavel_tests::receiver::Receiver;
 use gavel_tests::server::{Setup, TestServer};
-use gavel_tests::transparency::{batch_errors, statement_errors, with};
+use gavel_tests::transparency::{batch_errors, export_statements, statement_errors, with};
 use serde_json::{Value, json};
 
 const SECRET: &str = "webhook-secret-0123456789";
@@ -600,36 +600,11 @@ async fn statements_export_in_batches_of_a_hundred(setup: Setup) {
     for id in &ids {
         s.settled(id).await;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("statements.ndjson");
-    let run = |out: &std::path::Path, after: Option<&str>| {
-        let mut cmd = std::process::Command::new(gavel_tests::servers::gavel_binary());
-        cmd.args(["export", "statements", "--database-url"])
-            .arg(s.config.database_url())
-            .arg("--out")
-            .arg(out);
-        if let Some(a) = after {
-            cmd.args(["--after", a]);
-        }
-        let run = cmd.output().unwrap();
-        let stderr = String::from_utf8_lossy(&run.stderr).to_string();
-        assert!(run.status.success(), "{stderr}");
-        stderr
-            .split("--after '")
-            .nth(1)
-            .unwrap()
-            .split('\'')
-            .next()
-            .unwrap()
-            .to_string()
-    };
-    let cursor = run(&out, None);
-    let text = std::fs::read_to_string(&out).unwrap();
+    let (bodies, cursor) = export_statements(&s.config.database_url(), None).unwrap();
     let mut puids = std::collections::BTreeSet::new();
     let mut lines = 0;
-    for line in text.lines() {
-        let body: Value = serde_json::from_str(line).unwrap();
-        let errors = batch_errors(&body);
+    for body in &bodies {
+        let errors = batch_errors(body);
         assert!(errors.is_empty(), "{errors:?}");
         for st in body["statements"].as_array().unwrap() {
             assert!(
@@ -649,33 +624,14 @@ async fn statements_export_in_batches_of_a_hundred(setup: Setup) {
     // One more decision; the export continued from the cursor has it alone.
     let (status, _) = moderate(&s, &ids[0], json!({"status": "rejected", "reason": "confirmed"})).await;
     assert_eq!(status, 200);
-    let more = dir.path().join("more.ndjson");
-    run(&more, Some(&cursor));
-    let text = std::fs::read_to_string(&more).unwrap();
-    let body: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let (more, _) = export_statements(&s.config.database_url(), Some(&cursor)).unwrap();
+    let body = &more[0];
     assert_eq!(body["statements"].as_array().unwrap().len(), 1, "{body:#}");
     assert_eq!(
         body["statements"][0]["automated_decision"],
         "AUTOMATED_DECISION_PARTIALLY"
     );
     stop(s).await;
-}
-
-/// A second server on `first`'s store, with a plugin directory of its own
-/// (and, embedded, its own coordinator): two processes ending one
-/// restriction.
-async fn second_server(first: &TestServer) -> TestServer {
-    let dir = tempfile::tempdir().unwrap();
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir_all(&plugins).unwrap();
-    for entry in std::fs::read_dir(&first.config.plugin_dir).unwrap() {
-        let path = entry.unwrap().path();
-        std::fs::copy(&path, plugins.join(path.file_name().unwrap())).unwrap();
-    }
-    let mut config = first.config.clone();
-    config.plugin_dir = plugins;
-    config.data_dir = dir.path().join("data");
-    TestServer::serve(dir, first.setup, config, |_| {}).await
 }
 
 /// A moderator's restriction of an item and suspension of an account, each
@@ -756,7 +712,7 @@ async fn timed_restrictions_end_once_at_their_time_across_a_restart(setup: Setup
     let (config, dir) = s.stop_keeping_dir().await;
     tokio::time::sleep(std::time::Duration::from_millis((until - now_ms()).max(0) as u64 + 200)).await;
     let s = TestServer::serve(dir, setup, config, |_| {}).await;
-    let t = second_server(&s).await;
+    let t = s.second().await;
     let lifted = s.wait_for(&item, |i| i["status"] == "visible").await;
     let ended: Vec<&Value> = lifted["transitions"]
         .as_array()
@@ -857,20 +813,10 @@ async fn timed_restrictions_end_once_at_their_time_across_a_restart(setup: Setup
         )
     );
     // The export holds the account decisions after the items', every body valid.
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("statements.ndjson");
-    let run = std::process::Command::new(gavel_tests::servers::gavel_binary())
-        .args(["export", "statements", "--database-url"])
-        .arg(s.config.database_url())
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    let (bodies, _) = export_statements(&s.config.database_url(), None).unwrap();
     let mut accounts = 0;
-    for line in std::fs::read_to_string(&out).unwrap().lines() {
-        let body: Value = serde_json::from_str(line).unwrap();
-        assert!(batch_errors(&body).is_empty(), "{:?}", batch_errors(&body));
+    for body in &bodies {
+        assert!(batch_errors(body).is_empty(), "{:?}", batch_errors(body));
         for st in body["statements"].as_array().unwrap() {
             accounts += usize::from(st["puid"].as_str().unwrap().starts_with("acct-"));
         }

@@ -63,23 +63,6 @@ async fn server(setup: Setup, receiver: &Receiver, policy: impl FnOnce(&mut Stan
     .await
 }
 
-/// A second server on the first one's store (and Redis, if any), with its
-/// own plugin directory and, embedded, its own coordinator: two processes
-/// recomputing one author.
-async fn second_server(first: &TestServer) -> TestServer {
-    let dir = tempfile::tempdir().unwrap();
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir_all(&plugins).unwrap();
-    for entry in std::fs::read_dir(&first.config.plugin_dir).unwrap() {
-        let path = entry.unwrap().path();
-        std::fs::copy(&path, plugins.join(path.file_name().unwrap())).unwrap();
-    }
-    let mut config = first.config.clone();
-    config.plugin_dir = plugins;
-    config.data_dir = dir.path().join("data");
-    TestServer::serve(dir, first.setup, config, |_| {}).await
-}
-
 async fn author(s: &TestServer, name: &str) -> Value {
     let r = s.get(&format!("/v1/authors/{name}"), &s.client).send().await.unwrap();
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
@@ -150,7 +133,7 @@ fn author_events(receiver: &Receiver, author: &str) -> Vec<gavel::store::Change>
 async fn a_burst_of_rejections_moves_the_author_once(setup: Setup) {
     let receiver = Receiver::start(SECRET, 7).await;
     let a = server(setup, &receiver, |p| p.tiers = tiers(2.0, 4.0, 8.0)).await;
-    let b = second_server(&a).await;
+    let b = a.second().await;
     let policy = a.config.standing.clone();
     let stop = Arc::new(AtomicBool::new(false));
     let mut leaseless = tokio::task::JoinSet::new();
