@@ -3,7 +3,7 @@
 //!
 //! An evaluation's snapshot (without config) and each plugin's config are
 //! [`InputDoc`]s: canonical JSON, named by its sha256, compressed with
-//! zstd, inserted once (`ON CONFLICT DO NOTHING`) in the same transaction
+//! zstd when it is larger than [`COMPRESS_FROM`], inserted once (`ON CONFLICT DO NOTHING`) in the same transaction
 //! as the decisions that name them (`txn::insert_decisions`). `used_at` is
 //! the first decision's time: a snapshot holds its evaluation's `now_ms`,
 //! so it is named again only within that millisecond. Retention deletes
@@ -23,23 +23,33 @@ use std::sync::Arc;
 /// and still about 3× smaller than the JSON.
 const ZSTD_LEVEL: i32 = 3;
 
-/// A stored document: canonical JSON, compressed, named by the sha256 of
-/// the JSON.
+/// Documents from this many bytes of JSON up are stored compressed;
+/// smaller ones as their JSON. A typical snapshot is ~500 bytes: zstd
+/// makes it ~1.6× smaller, and building its entropy tables for so little
+/// input cost more CPU than all the rest of storing it (the B11 profile in
+/// docs/BENCHMARKS.md), for ~190 bytes saved.
+pub const COMPRESS_FROM: usize = 1024;
+
+/// A stored document: canonical JSON, compressed if large, named by the
+/// sha256 of the JSON.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InputDoc {
     /// sha256 of the canonical JSON, lowercase hex.
     pub digest: String,
     pub kind: InputKind,
-    /// The JSON, zstd-compressed.
+    /// The JSON as stored: zstd-compressed (a frame, which begins with
+    /// zstd's magic number), or the JSON itself (which begins with `{`)
+    /// when it is shorter than [`COMPRESS_FROM`].
     pub body: Vec<u8>,
     /// Length of the JSON.
     pub bytes: i64,
 }
 
 impl InputDoc {
-    /// Names and compresses `json` (which the caller encodes canonically:
-    /// the same input always gives the same bytes).
+    /// Names and stores `json`, a JSON object (which the caller encodes
+    /// canonically: the same input always gives the same bytes).
     pub fn new(kind: InputKind, json: &[u8]) -> InputDoc {
+        debug_assert_eq!(json.first(), Some(&b'{'), "a document is a JSON object");
         thread_local! {
             // A compression context per thread: making one per call (its
             // tables) would cost more than compressing a snapshot.
@@ -47,7 +57,11 @@ impl InputDoc {
                 zstd::bulk::Compressor::new(ZSTD_LEVEL).expect("a valid zstd level"),
             );
         }
-        let body = COMPRESSOR.with_borrow_mut(|c| c.compress(json).expect("compressing to memory cannot fail"));
+        let body = if json.len() < COMPRESS_FROM {
+            json.to_vec()
+        } else {
+            COMPRESSOR.with_borrow_mut(|c| c.compress(json).expect("compressing to memory cannot fail"))
+        };
         InputDoc {
             digest: crate::domain::Digest::of(json).to_hex(),
             kind,
@@ -56,10 +70,20 @@ impl InputDoc {
         }
     }
 
-    /// The JSON of a stored body.
+    /// The JSON of a stored body: a zstd frame is decompressed, a JSON
+    /// object (stored as it was) returned as it is.
     pub fn decompress(body: &[u8], bytes: i64) -> StoreResult<Vec<u8>> {
-        zstd::bulk::decompress(body, bytes.max(0) as usize)
-            .map_err(|e| super::StoreError::Corrupt(format!("stored snapshot: {e}")))
+        let corrupt = |e: &dyn std::fmt::Display| super::StoreError::Corrupt(format!("stored snapshot: {e}"));
+        if body.first() == Some(&b'{') {
+            if body.len() as i64 != bytes {
+                return Err(corrupt(&format_args!(
+                    "{} bytes of JSON stored for {bytes}",
+                    body.len()
+                )));
+            }
+            return Ok(body.to_vec());
+        }
+        zstd::bulk::decompress(body, bytes.max(0) as usize).map_err(|e| corrupt(&e))
     }
 }
 
@@ -656,14 +680,41 @@ mod tests {
 
     #[test]
     fn documents_are_named_by_their_json_and_round_trip() {
-        let json = br#"{"item":{"text":"hello hello hello hello"}}"#;
-        let a = InputDoc::new(InputKind::Snapshot, json);
-        let b = InputDoc::new(InputKind::Snapshot, json);
-        assert_eq!(a, b);
-        assert_eq!(a.digest, crate::domain::Digest::of(json).to_hex());
-        assert_eq!(InputDoc::decompress(&a.body, a.bytes).unwrap(), json);
-        assert_ne!(a.digest, InputDoc::new(InputKind::Snapshot, b"{}").digest);
+        let small = br#"{"item":{"text":"hello hello hello hello"}}"#.to_vec();
+        let large = format!(r#"{{"item":{{"text":"{}"}}}}"#, "hello ".repeat(400)).into_bytes();
+        assert!(small.len() < COMPRESS_FROM && large.len() >= COMPRESS_FROM);
+        for json in [small, large] {
+            let a = InputDoc::new(InputKind::Snapshot, &json);
+            let b = InputDoc::new(InputKind::Snapshot, &json);
+            assert_eq!(a, b);
+            assert_eq!(a.digest, crate::domain::Digest::of(&json).to_hex());
+            assert_eq!(a.bytes, json.len() as i64);
+            assert_eq!(InputDoc::decompress(&a.body, a.bytes).unwrap(), json);
+        }
+        assert_ne!(
+            InputDoc::new(InputKind::Snapshot, br#"{"a":1}"#).digest,
+            InputDoc::new(InputKind::Snapshot, b"{}").digest
+        );
         assert!(InputDoc::decompress(b"not zstd", 10).is_err());
+    }
+
+    #[test]
+    fn small_documents_are_stored_as_json_and_large_ones_compressed() {
+        let small = InputDoc::new(InputKind::Snapshot, br#"{"item":{"text":"hi"}}"#);
+        assert_eq!(small.body, br#"{"item":{"text":"hi"}}"#);
+        let json = format!(r#"{{"item":{{"text":"{}"}}}}"#, "spam ".repeat(1000));
+        let large = InputDoc::new(InputKind::Snapshot, json.as_bytes());
+        assert!(
+            large.body.len() * 10 < json.len(),
+            "{} bytes compressed",
+            large.body.len()
+        );
+        // Bodies stored before small documents were kept as JSON are zstd
+        // frames of any size: they still read.
+        let framed = zstd::bulk::compress(br#"{"a":1}"#, 3).unwrap();
+        assert_eq!(InputDoc::decompress(&framed, 7).unwrap(), br#"{"a":1}"#);
+        // A JSON body whose length disagrees with its row is corrupt.
+        assert!(InputDoc::decompress(br#"{"a":1}"#, 8).is_err());
     }
 
     #[test]
