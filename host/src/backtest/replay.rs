@@ -494,7 +494,8 @@ impl Tally {
         // of candidates that have none of their own, and the sync
         // snapshots the replaced plugins judged.
         let mut wanted: Vec<(&ReplayUnit, Context, Phase)> = Vec::new();
-        let mut digests: HashSet<String> = HashSet::new();
+        let mut snapshots: HashSet<i64> = HashSet::new();
+        let mut configs: HashSet<String> = HashSet::new();
         for (unit, context) in units.iter().zip(contexts) {
             let Some(context) = context else {
                 self.skip("decision deleted");
@@ -507,27 +508,28 @@ impl Tally {
                 self.skip("phase not declared by the candidate");
                 continue;
             }
-            let Some(snapshot) = d.snapshot_digest.clone() else {
+            if d.snapshot_digest.is_none() {
                 self.skip("no stored snapshot");
                 continue;
-            };
-            digests.insert(snapshot);
+            }
+            // A snapshot stored before snapshots were numbered and expired
+            // since has no id: `prepare` finds it expired.
+            snapshots.extend(d.snapshot_id);
             for (i, incumbent) in judges {
                 if self.candidates[i].config.is_none()
                     && let Some(config) = incumbent.and_then(|d| d.config_digest.clone())
                 {
-                    digests.insert(config);
+                    configs.insert(config);
                 }
-                if let Some(sync) = self.sync_decision(i, incumbent, &context, phase)
-                    && let Some(digest) = sync.snapshot_digest.clone()
-                {
-                    digests.insert(digest);
+                if let Some(sync) = self.sync_decision(i, incumbent, &context, phase) {
+                    snapshots.extend(sync.snapshot_id);
                 }
             }
             wanted.push((unit, context, phase));
         }
-        let digests: Vec<&str> = digests.iter().map(String::as_str).collect();
-        let docs = store.input_docs(&digests).await?;
+        let snapshots: Vec<i64> = snapshots.into_iter().collect();
+        let configs: Vec<&str> = configs.iter().map(String::as_str).collect();
+        let docs = store.input_docs(&snapshots, &configs).await?;
 
         let mut prepared = Vec::with_capacity(wanted.len());
         for (unit, context, phase) in wanted {
@@ -1147,18 +1149,18 @@ pub async fn replay_item(
     groups.reverse();
     let older = has_older.then(|| groups.first().map(|g| g[0].id)).flatten();
     let name = candidate.map(|c| c.plugin.plugin.info.name.as_str());
-    let mut digests: Vec<&str> = Vec::new();
+    let (mut snapshots, mut configs): (Vec<i64>, Vec<&str>) = (Vec::new(), Vec::new());
     for ds in &groups {
-        digests.extend(ds[0].snapshot_digest.as_deref());
+        snapshots.extend(ds[0].snapshot_id);
         if candidate.is_some_and(|c| c.config.is_none()) {
-            digests.extend(
+            configs.extend(
                 ds.iter()
                     .filter(|d| Some(d.plugin.as_str()) == name)
                     .filter_map(|d| d.config_digest.as_deref()),
             );
         }
     }
-    let docs = store.input_docs(&digests).await?;
+    let docs = store.input_docs(&snapshots, &configs).await?;
     let candidate_ref = candidate.map(|c| VersionRef::of(&c.plugin.plugin.stamp));
     let shown = {
         let candidate = candidate.cloned();

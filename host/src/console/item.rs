@@ -102,12 +102,12 @@ async fn signals_judged(
     state: &AppState,
     details: &ItemDetails,
 ) -> Result<Option<(Millis, crate::domain::signals::SignalValues)>, PageError> {
-    let mut newest: Vec<(&str, Millis)> = Vec::new();
+    let mut newest: Vec<(&str, i64, Millis)> = Vec::new();
     for d in details.decisions.iter().rev() {
-        if let Some(digest) = d.snapshot_digest.as_deref()
-            && !newest.iter().any(|(x, _)| *x == digest)
+        if let (Some(digest), Some(id)) = (d.snapshot_digest.as_deref(), d.snapshot_id)
+            && !newest.iter().any(|(x, ..)| *x == digest)
         {
-            newest.push((digest, d.created_at));
+            newest.push((digest, id, d.created_at));
         }
         if newest.len() == 4 {
             break;
@@ -116,9 +116,9 @@ async fn signals_judged(
     if newest.is_empty() {
         return Ok(None);
     }
-    let digests: Vec<&str> = newest.iter().map(|(d, _)| *d).collect();
-    let docs = state.store.input_docs(&digests).await?;
-    Ok(newest.into_iter().find_map(|(digest, at)| {
+    let ids: Vec<i64> = newest.iter().map(|(_, id, _)| *id).collect();
+    let docs = state.store.input_docs(&ids, &[]).await?;
+    Ok(newest.into_iter().find_map(|(digest, _, at)| {
         let spec: gavel_plugin_sdk::spec::SnapshotSpec = serde_json::from_slice(docs.get(digest)?).ok()?;
         (!spec.signals.is_empty()).then_some((at, spec.signals))
     }))

@@ -3,10 +3,12 @@
 //!
 //! An evaluation's snapshot (without config) and each plugin's config are
 //! [`InputDoc`]s: canonical JSON, named by its sha256, compressed with
-//! zstd when it is larger than [`COMPRESS_FROM`], inserted once (`ON CONFLICT DO NOTHING`) in the same transaction
-//! as the decisions that name them (`txn::insert_decisions`). `used_at` is
-//! the first decision's time: a snapshot holds its evaluation's `now_ms`,
-//! so it is named again only within that millisecond. Retention deletes
+//! zstd from [`COMPRESS_FROM`] bytes up, and stored in the same transaction
+//! as the decisions that name them (`txn::insert_decisions`): a snapshot
+//! appended under a new `id`, which its decisions store (it holds its
+//! evaluation's `now_ms`, so no other evaluation shares it), a config
+//! once (`ON CONFLICT DO NOTHING`). `used_at` is the first decision's
+//! time. Retention deletes
 //! snapshot documents older than `retention.snapshots_ms`; config
 //! documents (a few hundred bytes per distinct config ever deployed) are
 //! kept, since every later decision of that config names them.
@@ -201,9 +203,11 @@ pub trait History: Send + Sync {
     /// the async decisions in between are not read).
     async fn sync_decisions_before(&self, item_id: &str, before: i64, limit: i64) -> StoreResult<Vec<DecisionRecord>>;
 
-    /// The JSON of the stored documents `digests` (unknown, expired or
-    /// unreadable ones are left out).
-    async fn input_docs(&self, digests: &[&str]) -> StoreResult<HashMap<String, Vec<u8>>>;
+    /// The JSON of the stored snapshots `snapshots` (their `snapshot_id`)
+    /// and configs `configs` (their digest), by digest: a decision finds
+    /// its documents under the digests it names. Unknown, expired or
+    /// unreadable ones are left out.
+    async fn input_docs(&self, snapshots: &[i64], configs: &[&str]) -> StoreResult<HashMap<String, Vec<u8>>>;
 
     /// The statuses moderators set on the items `ids`, oldest first.
     async fn moderator_decisions(&self, ids: &[&str]) -> StoreResult<Vec<ModeratorDecision>>;
@@ -486,20 +490,28 @@ macro_rules! impl_history {
                     decision_rows(self, sqlx::query(&sql).bind(item_id).bind(before).bind(limit)).await
                 }
 
-                async fn input_docs(&self, digests: &[&str]) -> StoreResult<HashMap<String, Vec<u8>>> {
+                async fn input_docs(&self, snapshots: &[i64], configs: &[&str]) -> StoreResult<HashMap<String, Vec<u8>>> {
                     let mut out = HashMap::new();
-                    for chunk in digests.chunks(256) {
-                        let sql = in_list("SELECT digest, body, bytes FROM snapshots WHERE digest IN (LIST)", chunk.len());
+                    let mut rows = Vec::new();
+                    for chunk in snapshots.chunks(256) {
+                        let sql = in_list("SELECT digest, body, bytes FROM snapshots WHERE id IN (LIST) AND kind = 'snapshot'", chunk.len());
+                        let q = chunk.iter().fold(sqlx::query_as::<_, (String, Vec<u8>, i64)>(&sql), |q, id| q.bind(*id));
+                        rows.extend(q.fetch_all(self.read_pool()).await?);
+                    }
+                    for chunk in configs.chunks(256) {
+                        // `kind = 'config'` as written: the partial index's predicate.
+                        let sql = in_list("SELECT digest, body, bytes FROM snapshots WHERE kind = 'config' AND digest IN (LIST)", chunk.len());
                         let q = chunk.iter().fold(sqlx::query_as::<_, (String, Vec<u8>, i64)>(&sql), |q, d| q.bind(*d));
-                        for (digest, body, bytes) in q.fetch_all(self.read_pool()).await? {
-                            // An unreadable document is left out: its decisions are counted
-                            // not replayable, the rest of a backtest goes on.
-                            match InputDoc::decompress(&body, bytes) {
-                                Ok(json) => {
-                                    out.insert(digest, json);
-                                }
-                                Err(e) => tracing::warn!(%digest, error = %e, "stored snapshot unreadable"),
+                        rows.extend(q.fetch_all(self.read_pool()).await?);
+                    }
+                    for (digest, body, bytes) in rows {
+                        // An unreadable document is left out: its decisions are counted
+                        // not replayable, the rest of a backtest goes on.
+                        match InputDoc::decompress(&body, bytes) {
+                            Ok(json) => {
+                                out.insert(digest, json);
                             }
+                            Err(e) => tracing::warn!(%digest, error = %e, "stored snapshot unreadable"),
                         }
                     }
                     Ok(out)

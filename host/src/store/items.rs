@@ -104,6 +104,9 @@ pub struct DecisionRecord {
     /// sha256 (hex) of the stored snapshot the rule judged (`null` when
     /// none was stored); `gavel replay` judges it again.
     pub snapshot_digest: Option<String>,
+    /// The stored snapshot's row (`snapshots.id`): how it is read.
+    #[serde(skip)]
+    pub snapshot_id: Option<i64>,
     /// sha256 (hex) of the plugin config the rule ran with.
     pub config_digest: Option<String>,
     /// The lists the rule consulted, each at the version it answered from.

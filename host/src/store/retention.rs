@@ -181,7 +181,7 @@ macro_rules! impl_retention {
                     if let Some(keep) = p.snapshots_ms {
                         out.snapshots = delete(
                             self,
-                            "DELETE FROM snapshots WHERE digest IN (SELECT digest FROM snapshots \
+                            "DELETE FROM snapshots WHERE id IN (SELECT id FROM snapshots \
                              WHERE kind = 'snapshot' AND used_at < $1 LIMIT $2)",
                             Some(now - keep),
                             p.chunk,

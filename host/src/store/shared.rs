@@ -35,7 +35,7 @@ pub(super) const ITEM_COLUMNS: &str = "id, client, external_id, kind, author, bo
 /// A decision's columns, over [`DECISIONS_FROM`].
 pub(super) const DECISION_COLUMNS: &str = "d.id, d.item_id, d.item_version, d.plugin, p.version AS plugin_version, \
      p.digest AS plugin_digest, d.phase, d.verdict, d.score, d.labels, d.reason, d.mode, d.applied, d.duration_us, \
-     d.outcome, d.error, d.created_at, d.reversed_at, d.snapshot_digest, d.config_digest, d.lists";
+     d.outcome, d.error, d.created_at, d.reversed_at, d.snapshot_digest, d.snapshot_id, d.config_digest, d.lists";
 
 /// Decisions with the code that made them (`d`, `p`).
 pub(super) const DECISIONS_FROM: &str = "decisions d JOIN plugin_refs p ON p.id = d.plugin_ref";
@@ -104,6 +104,9 @@ macro_rules! impl_shared {
                 rows: &[(&str, i64, &NewDecision)],
             ) -> StoreResult<()> {
                 let refs = plugin_refs(tx, rows.iter().map(|(_, _, d)| *d)).await?;
+                let now = rows.iter().map(|(_, _, d)| d.decided_at).max().unwrap_or(0);
+                let docs = rows.iter().filter_map(|(_, _, d)| d.inputs.as_ref());
+                let snapshot_ids = insert_input_docs(tx, docs, now).await?;
                 let mut rest = rows;
                 for size in chunk_sizes(rows.len()) {
                     let (chunk, tail) = rest.split_at(size);
@@ -112,8 +115,8 @@ macro_rules! impl_shared {
                         format!(
                             "INSERT INTO decisions (item_id, item_version, plugin, plugin_ref, \
                              phase, verdict, score, labels, reason, mode, applied, duration_us, outcome, error, \
-                             created_at, snapshot_digest, config_digest, lists) VALUES {}",
-                            values(n, 18)
+                             created_at, snapshot_digest, config_digest, lists, snapshot_id) VALUES {}",
+                            values(n, 19)
                         )
                     });
                     let mut q = sqlx::query(sql);
@@ -141,13 +144,11 @@ macro_rules! impl_shared {
                             .bind(d.decided_at)
                             .bind(d.inputs.as_ref().map(|i| i.snapshot.digest.as_str()))
                             .bind(d.inputs.as_ref().map(|i| i.config.digest.as_str()))
-                            .bind(rows::lists_json(&d.lists));
+                            .bind(rows::lists_json(&d.lists))
+                            .bind(d.inputs.as_ref().and_then(|i| snapshot_ids.get(i.snapshot.digest.as_str()).copied()));
                     }
                     q.execute(&mut **tx).await?;
                 }
-                let now = rows.iter().map(|(_, _, d)| d.decided_at).max().unwrap_or(0);
-                let docs = rows.iter().filter_map(|(_, _, d)| d.inputs.as_ref());
-                insert_input_docs(tx, docs, now).await?;
                 let mut striking: Vec<&str> = rows
                     .iter()
                     .filter(|(_, _, d)| d.weighs)
@@ -255,43 +256,75 @@ macro_rules! impl_shared {
                 Ok(())
             }
 
-            /// Stores the documents the decisions name, each once: a document
-            /// already stored is left as it is (`DO NOTHING` takes no lock on a
-            /// committed row, so concurrent batches sharing a config never wait
-            /// on each other; only two inserting the same new document do, once).
+            /// Stores the documents the decisions name: each snapshot
+            /// appended once (an evaluation's decisions share it), each
+            /// config once ever (one already stored is left as it is: `DO
+            /// NOTHING` takes no lock on a committed row, so concurrent
+            /// batches sharing a config never wait on each other; only two
+            /// inserting the same new config do, once). Returns the `id` of
+            /// each snapshot, by digest.
             pub(crate) async fn insert_input_docs<'d>(
                 tx: &mut Tx<'_>,
                 inputs: impl Iterator<Item = &'d DecisionInputs>,
                 now: Millis,
-            ) -> StoreResult<()> {
-                let mut docs: Vec<&InputDoc> = inputs.flat_map(|i| [&*i.snapshot, &*i.config]).collect();
-                // Sorted, so concurrent inserts of the same new documents lock in one order.
-                docs.sort_unstable_by(|a, b| a.digest.cmp(&b.digest));
-                docs.dedup_by(|a, b| a.digest == b.digest);
-                let mut rest = docs.as_slice();
-                for size in chunk_sizes(docs.len()) {
+            ) -> StoreResult<std::collections::HashMap<&'d str, i64>> {
+                let (mut snapshots, mut configs): (Vec<&InputDoc>, Vec<&InputDoc>) =
+                    inputs.map(|i| (&*i.snapshot, &*i.config)).unzip();
+                snapshots.sort_unstable_by(|a, b| a.digest.cmp(&b.digest));
+                snapshots.dedup_by(|a, b| a.digest == b.digest);
+                // Sorted, so concurrent inserts of the same new configs lock in one order.
+                configs.sort_unstable_by(|a, b| a.digest.cmp(&b.digest));
+                configs.dedup_by(|a, b| a.digest == b.digest);
+                let mut ids = std::collections::HashMap::with_capacity(snapshots.len());
+                let mut rest = snapshots.as_slice();
+                for size in chunk_sizes(snapshots.len()) {
                     let (chunk, tail) = rest.split_at(size);
                     rest = tail;
-                    let sql = STATEMENTS.get("input_docs", size, |n| {
+                    let sql = STATEMENTS.get("snapshot_docs", size, |n| {
                         format!(
                             "INSERT INTO snapshots (digest, kind, body, bytes, stored_bytes, used_at) VALUES {} \
-                             ON CONFLICT (digest) DO NOTHING",
+                             RETURNING digest, id",
                             values(n, 6)
                         )
                     });
-                    let mut q = sqlx::query(sql);
-                    for d in chunk {
-                        q = q
-                            .bind(d.digest.as_str())
+                    let q = chunk.iter().fold(sqlx::query_as::<_, (String, i64)>(sql), |q, d| {
+                        q.bind(d.digest.as_str())
                             .bind(d.kind.as_str())
                             .bind(d.body.as_slice())
                             .bind(d.bytes)
                             .bind(d.body.len() as i64)
-                            .bind(now);
+                            .bind(now)
+                    });
+                    for (digest, id) in q.fetch_all(&mut **tx).await? {
+                        let doc = chunk
+                            .iter()
+                            .find(|d| d.digest == digest)
+                            .ok_or_else(|| StoreError::Database(format!("snapshot {digest} returned, not inserted")))?;
+                        ids.insert(doc.digest.as_str(), id);
                     }
+                }
+                let mut rest = configs.as_slice();
+                for size in chunk_sizes(configs.len()) {
+                    let (chunk, tail) = rest.split_at(size);
+                    rest = tail;
+                    let sql = STATEMENTS.get("config_docs", size, |n| {
+                        format!(
+                            "INSERT INTO snapshots (digest, kind, body, bytes, stored_bytes, used_at) VALUES {} \
+                             ON CONFLICT (digest) WHERE kind = 'config' DO NOTHING",
+                            values(n, 6)
+                        )
+                    });
+                    let q = chunk.iter().fold(sqlx::query(sql), |q, d| {
+                        q.bind(d.digest.as_str())
+                            .bind(d.kind.as_str())
+                            .bind(d.body.as_slice())
+                            .bind(d.bytes)
+                            .bind(d.body.len() as i64)
+                            .bind(now)
+                    });
                     q.execute(&mut **tx).await?;
                 }
-                Ok(())
+                Ok(ids)
             }
 
             /// Marks the keys of `claims` done, but only those still held by
@@ -508,6 +541,7 @@ macro_rules! impl_shared {
                     created_at: row.try_get("created_at")?,
                     reversed_at: row.try_get("reversed_at")?,
                     snapshot_digest: row.try_get("snapshot_digest")?,
+                    snapshot_id: row.try_get("snapshot_id")?,
                     config_digest: row.try_get("config_digest")?,
                     lists: rows::lists(row.try_get::<Option<&str>, _>("lists")?)?,
                 })

@@ -1357,6 +1357,90 @@ async fn pending_items_are_paged_without_gaps(setup: Setup) {
     assert_eq!(older, expected[..5]);
 }
 
+/// A database from before snapshots were numbered (migration 0060) keeps
+/// its history readable: the upgrade numbers every stored snapshot, points
+/// each decision at its own, leaves configs content-addressed, and a
+/// decision whose snapshot had expired finds none.
+async fn stored_snapshots_are_numbered_on_upgrade(setup: Setup) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = setup.database_url(dir.path()).await;
+    let before_0060 = async |source: &str| {
+        let all = sqlx::migrate::Migrator::new(std::path::Path::new(&format!(
+            "{}/../host/migrations/{source}",
+            env!("CARGO_MANIFEST_DIR")
+        )))
+        .await
+        .unwrap();
+        sqlx::migrate::Migrator {
+            migrations: all.migrations.iter().filter(|m| m.version < 60).cloned().collect(),
+            ..all
+        }
+    };
+    // The old shape, as the release before wrote it: two evaluations'
+    // snapshots, one shared config, and a decision whose snapshot expired.
+    let rows = [
+        "INSERT INTO items (id, client, kind, author, body, context, fingerprint, status, version, created_at, updated_at) \
+         VALUES ('item-1', 'c', 'post', 'ann', 'hello', '{}', 'f', 'visible', 1, 1, 1)",
+        "INSERT INTO plugin_refs (name, version, digest) VALUES ('link-spam', '1.0.0', 'code')",
+        "INSERT INTO snapshots (digest, kind, body, bytes, stored_bytes, used_at) VALUES \
+         ('s1', 'snapshot', '{\"n\":1}', 7, 7, 10), ('s2', 'snapshot', '{\"n\":2}', 7, 7, 20), \
+         ('c1', 'config', '{}', 2, 2, 10)",
+    ];
+    let decision = |at: i64, snapshot: &str| {
+        format!(
+            "INSERT INTO decisions (item_id, item_version, plugin, plugin_ref, phase, verdict, score, labels, reason, \
+             mode, applied, duration_us, outcome, created_at, snapshot_digest, config_digest) VALUES ('item-1', 1, \
+             'link-spam', 1, 'async', 'allow', 0, '[]', '', 'enforce', TRUE, 1, 'ok', {at}, '{snapshot}', 'c1')"
+        )
+    };
+    let decisions = [
+        decision(1, "s1"),
+        decision(2, "s1"),
+        decision(3, "s2"),
+        decision(4, "expired"),
+    ];
+    // (An untyped literal is the column's type on both: text for BLOB, bytes for BYTEA.)
+    let old_shape = rows.iter().map(|s| s.to_string()).chain(decisions);
+    match setup {
+        Setup::Embedded => {
+            let pool = sqlx::SqlitePool::connect(&format!("{url}?mode=rwc")).await.unwrap();
+            before_0060("sqlite").await.run(&pool).await.unwrap();
+            for sql in old_shape {
+                sqlx::query(&sql).execute(&pool).await.unwrap();
+            }
+            pool.close().await;
+        }
+        _ => {
+            let pool = sqlx::PgPool::connect(&url).await.unwrap();
+            before_0060("postgres").await.run(&pool).await.unwrap();
+            for sql in old_shape {
+                sqlx::query(&sql).execute(&pool).await.unwrap();
+            }
+            pool.close().await;
+        }
+    }
+
+    let store = gavel::store::open_url(&url, 4).await.unwrap();
+    let ds = store.item_decisions_from("item-1", 0, 10).await.unwrap();
+    let id_of = |i: usize| ds[i].snapshot_id;
+    assert_eq!(ds.len(), 4);
+    assert!(id_of(0).is_some() && id_of(0) == id_of(1), "{ds:?}");
+    assert!(id_of(2).is_some() && id_of(2) != id_of(0));
+    assert_eq!(id_of(3), None, "an expired snapshot is not there to number");
+    let ids: Vec<i64> = ds.iter().filter_map(|d| d.snapshot_id).collect();
+    let docs = store.input_docs(&ids, &["c1", "s1"]).await.unwrap();
+    assert_eq!(docs.get("s1").map(Vec::as_slice), Some(&br#"{"n":1}"#[..]));
+    assert_eq!(docs.get("s2").map(Vec::as_slice), Some(&br#"{"n":2}"#[..]));
+    assert_eq!(docs.get("c1").map(Vec::as_slice), Some(&b"{}"[..]));
+    assert_eq!(
+        docs.len(),
+        3,
+        "a snapshot's digest does not read as a config: {:?}",
+        docs.keys()
+    );
+    assert_eq!(store.snapshot_footprint().await.unwrap(), (2, 14));
+}
+
 gavel_tests::both!(
     pending_items_are_paged_without_gaps,
     webhook_cursors_are_per_endpoint,
@@ -1378,6 +1462,7 @@ gavel_tests::both!(
     batched_evaluation_commits_are_each_fenced,
     a_failing_write_fails_alone_in_a_group_commit,
     retention_deletes_only_what_is_past_its_time,
+    stored_snapshots_are_numbered_on_upgrade,
 );
 gavel_tests::matrix!([embedded_only: Embedded] sqlite_commits_are_durable_by_default);
 gavel_tests::matrix!([distributed_only: Distributed] multi_item_writes_take_row_locks_in_one_order);

@@ -49,14 +49,19 @@ pub(super) fn insert_decisions(
     if decisions.is_empty() {
         return Ok(());
     }
+    let now = decisions.iter().map(|d| d.decided_at).max().unwrap_or_default();
+    let snapshot_ids = insert_input_docs(conn, decisions.iter().filter_map(|d| d.inputs.as_ref()), now)?;
     let mut insert = conn.prepare_cached(
         "INSERT INTO decisions (item_id, item_version, plugin, plugin_ref, phase, verdict, score, labels, reason, \
-         mode, applied, duration_us, outcome, error, created_at, snapshot_digest, config_digest, lists) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)",
+         mode, applied, duration_us, outcome, error, created_at, snapshot_digest, config_digest, lists, snapshot_id) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
     )?;
     let mut striking = false;
-    let mut now = 0;
     for d in decisions {
+        let snapshot = d.inputs.as_ref().map(|i| i.snapshot.digest.as_str());
+        let snapshot_id = snapshot
+            .and_then(|digest| snapshot_ids.iter().find(|(d, _)| *d == digest))
+            .map(|(_, id)| *id);
         insert.execute(params![
             item_id,
             item_version,
@@ -73,14 +78,13 @@ pub(super) fn insert_decisions(
             d.outcome.as_str(),
             d.error,
             d.decided_at,
-            d.inputs.as_ref().map(|i| i.snapshot.digest.as_str()),
+            snapshot,
             d.inputs.as_ref().map(|i| i.config.digest.as_str()),
             crate::store::rows::lists_json(&d.lists),
+            snapshot_id,
         ])?;
         striking |= d.weighs;
-        now = now.max(d.decided_at);
     }
-    insert_input_docs(conn, decisions.iter().filter_map(|d| d.inputs.as_ref()), now)?;
     if striking {
         mark_author(conn, item_id, now)?;
     }
@@ -101,31 +105,44 @@ fn plugin_ref(conn: &Connection, d: &NewDecision) -> StoreResult<i64> {
     }
 }
 
-/// Stores the documents the decisions name, each once (a document already
-/// stored is left as it is).
+/// Stores the documents the decisions name: each snapshot appended once
+/// (an evaluation's decisions share it), each config once ever (one
+/// already stored is left as it is). Returns the `id` of each snapshot,
+/// by digest.
 fn insert_input_docs<'d>(
     conn: &Connection,
     inputs: impl Iterator<Item = &'d DecisionInputs>,
     now: Millis,
-) -> StoreResult<()> {
-    let mut docs: Vec<&InputDoc> = inputs.flat_map(|i| [&*i.snapshot, &*i.config]).collect();
-    docs.sort_unstable_by(|a, b| a.digest.cmp(&b.digest));
-    docs.dedup_by(|a, b| a.digest == b.digest);
+) -> StoreResult<Vec<(&'d str, i64)>> {
+    let mut snapshots: Vec<(&'d str, i64)> = Vec::new();
+    let mut configs: Vec<&'d InputDoc> = Vec::new();
     let mut insert = conn.prepare_cached(
-        "INSERT INTO snapshots (digest, kind, body, bytes, stored_bytes, used_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
-         ON CONFLICT (digest) DO NOTHING",
+        "INSERT INTO snapshots (digest, kind, body, bytes, stored_bytes, used_at) VALUES (?1, 'snapshot', ?2, ?3, ?4, ?5)",
     )?;
-    for d in docs {
-        insert.execute(params![
-            d.digest,
-            d.kind.as_str(),
-            d.body.as_slice(),
-            d.bytes,
-            d.body.len() as i64,
-            now
-        ])?;
+    for i in inputs {
+        let (snapshot, config) = (&*i.snapshot, &*i.config);
+        if !snapshots.iter().any(|(d, _)| *d == snapshot.digest) {
+            insert.execute(params![
+                snapshot.digest,
+                snapshot.body,
+                snapshot.bytes,
+                snapshot.body.len() as i64,
+                now
+            ])?;
+            snapshots.push((snapshot.digest.as_str(), conn.last_insert_rowid()));
+        }
+        if !configs.iter().any(|c| c.digest == config.digest) {
+            configs.push(config);
+        }
     }
-    Ok(())
+    let mut insert = conn.prepare_cached(
+        "INSERT INTO snapshots (digest, kind, body, bytes, stored_bytes, used_at) VALUES (?1, 'config', ?2, ?3, ?4, ?5) \
+         ON CONFLICT (digest) WHERE kind = 'config' DO NOTHING",
+    )?;
+    for c in configs {
+        insert.execute(params![c.digest, c.body, c.bytes, c.body.len() as i64, now])?;
+    }
+    Ok(snapshots)
 }
 
 /// Marks the author of `item_id` due for recomputation at `now`, unless due sooner already.
