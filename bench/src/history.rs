@@ -78,7 +78,7 @@ pub async fn b11(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> 
         Figure::new("B11", "CPU per settled item, snapshots stored", n_cpu, "µs")
             .against("snapshots not stored", o_cpu)
             .note("the gavel process, user + system (/proc), ÷ items"),
-        Figure::new("B11", "stored snapshot size (zstd)", bytes as f64 / snapshots.max(1) as f64, "bytes")
+        Figure::new("B11", "stored snapshot size", bytes as f64 / snapshots.max(1) as f64, "bytes")
             .note(format!(
                 "{snapshots} snapshots for {settled:.0} settled items ({} bytes in all)",
                 bytes
