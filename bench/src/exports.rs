@@ -7,7 +7,7 @@
 use crate::report::Figure;
 use crate::system::{Gavel, Sizes, rust_plugins};
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Plugins each seeded evaluation carries a decision of.
 const PLUGINS: [(&str, &str, &str); 4] = [
@@ -26,7 +26,10 @@ struct Run {
 }
 
 /// Runs `gavel export decisions --format FORMAT` (with `extra` flags) and
-/// measures that one process (wait4 gives its own rusage).
+/// measures that one process: CPU from its own rusage (wait4), peak RSS
+/// from its `VmHWM`, read every 5 ms while it runs. (`ru_maxrss` is no use
+/// here: Linux folds the RSS of the memory the child was forked with, this
+/// harness's, into it at exec.)
 fn export(gavel_bin: &Path, config: &Path, format: &str, out: &Path, extra: &[String]) -> anyhow::Result<Run> {
     let started = Instant::now();
     let child = std::process::Command::new(gavel_bin)
@@ -39,6 +42,28 @@ fn export(gavel_bin: &Path, config: &Path, format: &str, out: &Path, extra: &[St
         .stderr(std::process::Stdio::piped())
         .spawn()?;
     let pid = child.id() as libc::pid_t;
+    let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let watcher = {
+        let watching = watching.clone();
+        std::thread::spawn(move || {
+            let mut peak_kib = 0u64;
+            while watching.load(std::sync::atomic::Ordering::Relaxed) {
+                // Gone (exited) or not yet there: the last reading stands.
+                if let Some(kib) = std::fs::read_to_string(format!("/proc/{pid}/status"))
+                    .ok()
+                    .and_then(|s| {
+                        s.lines()
+                            .find_map(|l| l.strip_prefix("VmHWM:"))
+                            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                    })
+                {
+                    peak_kib = peak_kib.max(kib);
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            peak_kib
+        })
+    };
     let mut stderr = child.stderr.expect("piped");
     let mut said = String::new();
     std::io::Read::read_to_string(&mut stderr, &mut said)?;
@@ -50,6 +75,8 @@ fn export(gavel_bin: &Path, config: &Path, format: &str, out: &Path, extra: &[St
         (status, usage)
     };
     let wall = started.elapsed().as_secs_f64();
+    watching.store(false, std::sync::atomic::Ordering::Relaxed);
+    let peak_kib = watcher.join().expect("the RSS watcher does not panic");
     anyhow::ensure!(
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
         "B15: export failed: {said}"
@@ -63,7 +90,7 @@ fn export(gavel_bin: &Path, config: &Path, format: &str, out: &Path, extra: &[St
     Ok(Run {
         wall,
         cpu: secs(usage.ru_utime) + secs(usage.ru_stime),
-        peak_mib: usage.ru_maxrss as f64 / 1024.0,
+        peak_mib: peak_kib as f64 / 1024.0,
         rows,
     })
 }
