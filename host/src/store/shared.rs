@@ -267,7 +267,7 @@ macro_rules! impl_shared {
                 tx: &mut Tx<'_>,
                 inputs: impl Iterator<Item = &'d DecisionInputs>,
                 now: Millis,
-            ) -> StoreResult<std::collections::HashMap<&'d str, i64>> {
+            ) -> StoreResult<std::collections::HashMap<String, i64>> {
                 let (mut snapshots, mut configs): (Vec<&InputDoc>, Vec<&InputDoc>) =
                     inputs.map(|i| (&*i.snapshot, &*i.config)).unzip();
                 snapshots.sort_unstable_by(|a, b| a.digest.cmp(&b.digest));
@@ -295,13 +295,7 @@ macro_rules! impl_shared {
                             .bind(d.body.len() as i64)
                             .bind(now)
                     });
-                    for (digest, id) in q.fetch_all(&mut **tx).await? {
-                        let doc = chunk
-                            .iter()
-                            .find(|d| d.digest == digest)
-                            .ok_or_else(|| StoreError::Database(format!("snapshot {digest} returned, not inserted")))?;
-                        ids.insert(doc.digest.as_str(), id);
-                    }
+                    ids.extend(q.fetch_all(&mut **tx).await?);
                 }
                 let mut rest = configs.as_slice();
                 for size in chunk_sizes(configs.len()) {
