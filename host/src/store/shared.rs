@@ -275,15 +275,32 @@ macro_rules! impl_shared {
                 // Sorted, so concurrent inserts of the same new configs lock in one order.
                 configs.sort_unstable_by(|a, b| a.digest.cmp(&b.digest));
                 configs.dedup_by(|a, b| a.digest == b.digest);
-                let mut ids = std::collections::HashMap::with_capacity(snapshots.len());
-                let mut rest = snapshots.as_slice();
-                for size in chunk_sizes(snapshots.len()) {
+                let ids = insert_docs(tx, "snapshot_docs", &snapshots, "", now).await?.into_iter().collect();
+                // A config already stored returns no row; a new one's id is not needed.
+                let conflict = "ON CONFLICT (digest) WHERE kind = 'config' DO NOTHING";
+                insert_docs(tx, "config_docs", &configs, conflict, now).await?;
+                Ok(ids)
+            }
+
+            /// Inserts `docs` into `snapshots`, one multi-row statement per
+            /// chunk (`conflict`: the clause after the rows); returns the
+            /// `(digest, id)` of each row inserted.
+            async fn insert_docs(
+                tx: &mut Tx<'_>,
+                key: &'static str,
+                docs: &[&InputDoc],
+                conflict: &'static str,
+                now: Millis,
+            ) -> StoreResult<Vec<(String, i64)>> {
+                let mut inserted = Vec::with_capacity(docs.len());
+                let mut rest = docs;
+                for size in chunk_sizes(docs.len()) {
                     let (chunk, tail) = rest.split_at(size);
                     rest = tail;
-                    let sql = STATEMENTS.get("snapshot_docs", size, |n| {
+                    let sql = STATEMENTS.get(key, size, |n| {
                         format!(
                             "INSERT INTO snapshots (digest, kind, body, bytes, stored_bytes, used_at) VALUES {} \
-                             RETURNING digest, id",
+                             {conflict} RETURNING digest, id",
                             values(n, 6)
                         )
                     });
@@ -295,30 +312,9 @@ macro_rules! impl_shared {
                             .bind(d.body.len() as i64)
                             .bind(now)
                     });
-                    ids.extend(q.fetch_all(&mut **tx).await?);
+                    inserted.extend(q.fetch_all(&mut **tx).await?);
                 }
-                let mut rest = configs.as_slice();
-                for size in chunk_sizes(configs.len()) {
-                    let (chunk, tail) = rest.split_at(size);
-                    rest = tail;
-                    let sql = STATEMENTS.get("config_docs", size, |n| {
-                        format!(
-                            "INSERT INTO snapshots (digest, kind, body, bytes, stored_bytes, used_at) VALUES {} \
-                             ON CONFLICT (digest) WHERE kind = 'config' DO NOTHING",
-                            values(n, 6)
-                        )
-                    });
-                    let q = chunk.iter().fold(sqlx::query(sql), |q, d| {
-                        q.bind(d.digest.as_str())
-                            .bind(d.kind.as_str())
-                            .bind(d.body.as_slice())
-                            .bind(d.bytes)
-                            .bind(d.body.len() as i64)
-                            .bind(now)
-                    });
-                    q.execute(&mut **tx).await?;
-                }
-                Ok(ids)
+                Ok(inserted)
             }
 
             /// Marks the keys of `claims` done, but only those still held by
