@@ -479,6 +479,10 @@ struct SqliteWrites {
     counters: Arc<BatchCounters>,
 }
 
+/// The most evaluation commits one writer job carries: about 0.7 ms of the
+/// writer's time (five decisions, two snapshots and a transition each).
+const EVALUATION_JOB: usize = 8;
+
 /// Every answer of a job that failed as a whole.
 fn all_failed<T>(n: usize, e: StoreError) -> Vec<StoreResult<T>> {
     (0..n).map(|_| Err(e.clone())).collect()
@@ -508,15 +512,20 @@ impl WriteQueue for SqliteWrites {
             .unwrap_or_else(|e| all_failed(n, e))
     }
 
-    async fn commit_evaluations(&self, commits: Vec<EvaluationCommit>) -> Vec<StoreResult<CommitOutcome>> {
-        let n = commits.len();
-        self.store
-            .writer
-            .write(Kind::Evaluations, n, move |conn, isolation| {
-                each(conn, isolation, &commits, evaluations::commit_evaluation)
-            })
-            .await
-            .unwrap_or_else(|e| all_failed(n, e))
+    /// A batch goes to the writer in jobs of [`EVALUATION_JOB`] commits, so
+    /// the writer can put the writes requests wait on between them.
+    async fn commit_evaluations(&self, mut commits: Vec<EvaluationCommit>) -> Vec<StoreResult<CommitOutcome>> {
+        let mut jobs = Vec::with_capacity(commits.len().div_ceil(EVALUATION_JOB));
+        while !commits.is_empty() {
+            let rest = commits.split_off(commits.len().min(EVALUATION_JOB));
+            let job = std::mem::replace(&mut commits, rest);
+            let n = job.len();
+            let write = self.store.writer.write(Kind::Evaluations, n, move |conn, isolation| {
+                each(conn, isolation, &job, evaluations::commit_evaluation)
+            });
+            jobs.push(async move { write.await.unwrap_or_else(|e| all_failed(n, e)) });
+        }
+        futures::future::join_all(jobs).await.into_iter().flatten().collect()
     }
 
     fn item_counts(&self) -> (u64, u64) {

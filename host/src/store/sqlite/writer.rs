@@ -4,7 +4,13 @@
 //!
 //! The thread drains whatever is queued (bounded by [`MAX_WRITES`] and
 //! [`MAX_BATCH_TIME`], so a burst cannot hold a commit back for long) into
-//! **one** `BEGIN IMMEDIATE … COMMIT`. A failing write fails alone: should
+//! **one** `BEGIN IMMEDIATE … COMMIT`. Evaluation commits, the one kind no
+//! request waits on, queue behind the others: a transaction applies every
+//! other write queued first, and once it holds one, it takes evaluation
+//! commits for at most [`EVALUATIONS_TIME`] (always at least one, so they
+//! cannot starve). A submission that arrives while the worker's commits
+//! are queued then waits for about a millisecond of them, not for all of
+//! them. A failing write fails alone: should
 //! any write of a transaction fail, the transaction is rolled back and run
 //! again with every write in a savepoint of its own ([`Isolation::Alone`]).
 //! Failures are rare (the API refuses bad input before it gets here), and
@@ -31,6 +37,7 @@
 use super::error::from_sqlite;
 use crate::store::{StoreError, StoreResult};
 use rusqlite::Connection;
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
@@ -40,6 +47,10 @@ pub(super) const MAX_WRITES: usize = 2048;
 /// A transaction stops taking queued writes once it has been open this
 /// long, so a deep queue does not delay the writes already applied.
 pub(super) const MAX_BATCH_TIME: Duration = Duration::from_millis(4);
+
+/// Once a transaction holds a write some request waits on, it takes
+/// evaluation commits for at most this long (see the module's comment).
+pub(super) const EVALUATIONS_TIME: Duration = Duration::from_millis(1);
 
 /// Jobs waiting for the writer, at most; callers wait for room beyond it.
 const QUEUE: usize = 8192;
@@ -229,74 +240,126 @@ fn stopped() -> StoreError {
 }
 
 fn run(conn: Connection, mut jobs: mpsc::Receiver<Message>, observer: &dyn BatchObserver) {
+    let mut queued = Queued::default();
     let mut batch: Vec<Box<dyn Write>> = Vec::new();
-    let mut turn = None;
-    while let Some(first) = jobs.blocking_recv() {
-        match first {
-            Message::Turn(grant) => lend(grant),
-            Message::Write(w) => {
-                batch.push(w);
-                let started = Instant::now();
-                let outcome = transaction(&conn, &mut batch, &mut jobs, &mut turn, started);
-                let mut counts: Vec<(Kind, usize)> = Vec::new();
-                for w in &batch {
-                    match counts.iter_mut().find(|(k, _)| *k == w.kind()) {
-                        Some((_, n)) => *n += w.weight(),
-                        None => counts.push((w.kind(), w.weight())),
-                    }
-                }
-                if outcome.is_ok() {
-                    observer.committed(&counts);
-                }
-                for w in batch.drain(..) {
-                    w.answer(outcome.clone());
-                }
-                if let Some(grant) = turn.take() {
-                    lend(grant);
-                }
+    loop {
+        if queued.is_empty() {
+            match jobs.blocking_recv() {
+                Some(first) => queued.push(first),
+                None => return,
             }
+        }
+        // A cold path waiting for its turn gets it between two transactions.
+        if let Some(grant) = queued.turn.take() {
+            lend(grant);
+            continue;
+        }
+        let outcome = transaction(&conn, &mut batch, &mut queued, &mut jobs);
+        let mut counts: Vec<(Kind, usize)> = Vec::new();
+        for w in &batch {
+            match counts.iter_mut().find(|(k, _)| *k == w.kind()) {
+                Some((_, n)) => *n += w.weight(),
+                None => counts.push((w.kind(), w.weight())),
+            }
+        }
+        if outcome.is_ok() {
+            observer.committed(&counts);
+        }
+        for w in batch.drain(..) {
+            w.answer(outcome.clone());
         }
     }
 }
 
-/// One transaction: applies the first write and whatever queued meanwhile
-/// (within the bounds; a queued turn ends the batch), then commits. If a
-/// write failed, the transaction is rolled back and run again with each
-/// write in a savepoint of its own.
+/// What the writer has taken off the channel and not yet applied.
+#[derive(Default)]
+struct Queued {
+    /// Every write but evaluation commits, in the order received.
+    urgent: VecDeque<Box<dyn Write>>,
+    /// Evaluation commits, in the order received.
+    evaluations: VecDeque<Box<dyn Write>>,
+    /// A cold path's turn: nothing behind it is received until it is lent.
+    turn: Option<oneshot::Sender<Turn>>,
+}
+
+impl Queued {
+    fn is_empty(&self) -> bool {
+        self.urgent.is_empty() && self.evaluations.is_empty() && self.turn.is_none()
+    }
+
+    fn push(&mut self, message: Message) {
+        match message {
+            Message::Turn(grant) => self.turn = Some(grant),
+            Message::Write(w) if w.kind() == Kind::Evaluations => self.evaluations.push_back(w),
+            Message::Write(w) => self.urgent.push_back(w),
+        }
+    }
+
+    /// Takes what the channel holds, without waiting: up to a turn, or
+    /// until [`QUEUE`] writes are held here (the channel's bound then holds
+    /// the callers back, as it would without this queue).
+    fn receive(&mut self, jobs: &mut mpsc::Receiver<Message>) {
+        while self.turn.is_none() && self.urgent.len() + self.evaluations.len() < QUEUE {
+            match jobs.try_recv() {
+                Ok(m) => self.push(m),
+                Err(_) => break,
+            }
+        }
+    }
+
+    /// The next write for a transaction open for `open`, holding `weight`
+    /// writes, `urgent` if one of them is not an evaluation commit and
+    /// `evaluations` if one is: the other writes first, within the batch's
+    /// bounds; then evaluation commits within their time, unless a turn
+    /// waits. One evaluation commit is taken whatever the bounds, so that a
+    /// stream of other writes cannot hold them back for ever.
+    fn next(&mut self, open: Duration, weight: usize, urgent: bool, evaluations: bool) -> Option<Box<dyn Write>> {
+        let full = weight > 0 && (weight >= MAX_WRITES || open >= MAX_BATCH_TIME);
+        if !full && let Some(w) = self.urgent.pop_front() {
+            return Some(w);
+        }
+        if !evaluations {
+            return self.evaluations.pop_front();
+        }
+        let limit = if urgent { EVALUATIONS_TIME } else { MAX_BATCH_TIME };
+        if full || self.turn.is_some() || open >= limit {
+            return None;
+        }
+        self.evaluations.pop_front()
+    }
+}
+
+/// One transaction: applies what is queued, in the order [`Queued::next`]
+/// gives, then commits. If a write failed, the transaction is rolled back
+/// and run again with each write in a savepoint of its own.
 fn transaction(
     conn: &Connection,
     batch: &mut Vec<Box<dyn Write>>,
+    queued: &mut Queued,
     jobs: &mut mpsc::Receiver<Message>,
-    turn: &mut Option<oneshot::Sender<Turn>>,
-    started: Instant,
 ) -> Result<(), StoreError> {
+    let started = Instant::now();
     execute(conn, "BEGIN IMMEDIATE")?;
-    let mut applied = 0;
-    let mut weight = 0;
-    let mut failed = false;
+    let (mut weight, mut urgent, mut evaluations) = (0, false, false);
     loop {
-        while applied < batch.len() {
-            weight += batch[applied].weight();
-            failed |= batch[applied].apply(conn, Isolation::Together).is_err();
-            applied += 1;
-        }
-        if failed || weight >= MAX_WRITES || started.elapsed() >= MAX_BATCH_TIME {
+        queued.receive(jobs);
+        let Some(mut w) = queued.next(started.elapsed(), weight, urgent, evaluations) else {
             break;
+        };
+        weight += w.weight();
+        match w.kind() {
+            Kind::Evaluations => evaluations = true,
+            _ => urgent = true,
         }
-        match jobs.try_recv() {
-            Ok(Message::Write(w)) => batch.push(w),
-            Ok(Message::Turn(grant)) => {
-                *turn = Some(grant);
-                break;
+        let failed = w.apply(conn, Isolation::Together).is_err();
+        batch.push(w);
+        if failed {
+            execute(conn, "ROLLBACK")?;
+            execute(conn, "BEGIN IMMEDIATE")?;
+            for w in batch.iter_mut() {
+                apply_alone(conn, &mut **w).inspect_err(|_| rollback(conn))?;
             }
-            Err(_) => break,
-        }
-    }
-    if failed {
-        execute(conn, "ROLLBACK")?;
-        execute(conn, "BEGIN IMMEDIATE")?;
-        for w in batch.iter_mut() {
-            apply_alone(conn, &mut **w).inspect_err(|_| rollback(conn))?;
+            break;
         }
     }
     execute(conn, "COMMIT").inspect_err(|_| rollback(conn))
@@ -335,4 +398,86 @@ fn lend(grant: oneshot::Sender<Turn>) {
     let _ = grant.send(Turn { _release: release });
     // Ends when the `Turn` is dropped: no message is ever sent.
     let _ = released.recv();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Entry(Kind);
+
+    impl Write for Entry {
+        fn weight(&self) -> usize {
+            1
+        }
+        fn kind(&self) -> Kind {
+            self.0
+        }
+        fn apply(&mut self, _: &Connection, _: Isolation) -> StoreResult<()> {
+            Ok(())
+        }
+        fn answer(self: Box<Self>, _: Result<(), StoreError>) {}
+    }
+
+    fn queued(kinds: &[Kind]) -> Queued {
+        let mut q = Queued::default();
+        for k in kinds {
+            q.push(Message::Write(Box::new(Entry(*k))));
+        }
+        q
+    }
+
+    const EVAL: Kind = Kind::Evaluations;
+    const SUB: Kind = Kind::Submissions;
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn other_writes_go_before_evaluation_commits_received_earlier() {
+        let mut q = queued(&[EVAL, EVAL, SUB, Kind::Events]);
+        let order: Vec<Kind> = std::iter::from_fn(|| q.next(Duration::ZERO, 0, false, false).map(|w| w.kind())).collect();
+        assert_eq!(order, [SUB, Kind::Events, EVAL, EVAL]);
+    }
+
+    #[test]
+    fn evaluation_commits_get_their_time_once_a_request_waits_and_the_whole_batch_time_otherwise() {
+        // With a submission in the transaction: one millisecond of them.
+        let mut q = queued(&[EVAL, EVAL]);
+        assert!(q.next(EVALUATIONS_TIME / 2, 1, true, true).is_some());
+        assert!(q.next(EVALUATIONS_TIME, 2, true, true).is_none());
+        // Without one: until the transaction's own bound.
+        assert!(q.next(EVALUATIONS_TIME + MS, 2, false, true).is_some());
+        let mut q = queued(&[EVAL]);
+        assert!(q.next(MAX_BATCH_TIME, 3, false, true).is_none());
+    }
+
+    #[test]
+    fn every_transaction_takes_an_evaluation_commit_if_one_waits() {
+        // Past the batch's bounds, a transaction of requests' writes still
+        // takes one evaluation commit (and only one), so a stream of
+        // submissions cannot hold them back for ever...
+        let mut q = queued(&[SUB, EVAL, EVAL]);
+        assert!(q.next(MAX_BATCH_TIME, MAX_WRITES, true, false).is_some_and(|w| w.kind() == EVAL));
+        assert!(q.next(MAX_BATCH_TIME, MAX_WRITES + 1, true, true).is_none());
+        // ...and a transaction's first write is taken whatever the clock.
+        assert!(q.next(MAX_BATCH_TIME * 2, 0, false, false).is_some_and(|w| w.kind() == SUB));
+    }
+
+    #[test]
+    fn the_batch_bounds_hold_for_other_writes() {
+        let mut q = queued(&[SUB]);
+        assert!(q.next(MAX_BATCH_TIME, 1, true, false).is_none());
+        assert!(q.next(Duration::ZERO, MAX_WRITES, true, false).is_none());
+        assert!(q.next(Duration::ZERO, 1, true, false).is_some());
+    }
+
+    #[test]
+    fn a_waiting_turn_ends_the_evaluation_commits_of_a_transaction_not_its_other_writes() {
+        let mut q = queued(&[EVAL, EVAL, SUB]);
+        let (grant, _granted) = oneshot::channel();
+        q.push(Message::Turn(grant));
+        assert!(q.next(Duration::ZERO, 1, true, false).is_some_and(|w| w.kind() == SUB));
+        assert!(q.next(Duration::ZERO, 2, true, false).is_some_and(|w| w.kind() == EVAL));
+        assert!(q.next(Duration::ZERO, 3, true, true).is_none());
+        assert!(!q.is_empty());
+    }
 }
