@@ -434,7 +434,8 @@ mod tests {
     #[test]
     fn other_writes_go_before_evaluation_commits_received_earlier() {
         let mut q = queued(&[EVAL, EVAL, SUB, Kind::Events]);
-        let order: Vec<Kind> = std::iter::from_fn(|| q.next(Duration::ZERO, 0, false, false).map(|w| w.kind())).collect();
+        let order: Vec<Kind> =
+            std::iter::from_fn(|| q.next(Duration::ZERO, 0, false, false).map(|w| w.kind())).collect();
         assert_eq!(order, [SUB, Kind::Events, EVAL, EVAL]);
     }
 
@@ -456,10 +457,16 @@ mod tests {
         // takes one evaluation commit (and only one), so a stream of
         // submissions cannot hold them back for ever...
         let mut q = queued(&[SUB, EVAL, EVAL]);
-        assert!(q.next(MAX_BATCH_TIME, MAX_WRITES, true, false).is_some_and(|w| w.kind() == EVAL));
+        assert!(
+            q.next(MAX_BATCH_TIME, MAX_WRITES, true, false)
+                .is_some_and(|w| w.kind() == EVAL)
+        );
         assert!(q.next(MAX_BATCH_TIME, MAX_WRITES + 1, true, true).is_none());
         // ...and a transaction's first write is taken whatever the clock.
-        assert!(q.next(MAX_BATCH_TIME * 2, 0, false, false).is_some_and(|w| w.kind() == SUB));
+        assert!(
+            q.next(MAX_BATCH_TIME * 2, 0, false, false)
+                .is_some_and(|w| w.kind() == SUB)
+        );
     }
 
     #[test]
