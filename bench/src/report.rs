@@ -158,8 +158,8 @@ pub fn print_table(machine: &Machine, figures: &[Figure]) {
     );
     println!("load generator: {}\n", machine.load_generator);
     println!(
-        "{:<4} {:<44} {:>22} {:>36} {:>9}  {:<34} {}",
-        "id", "figure", "value [min–max]", "comparison", "ratio", "goal", "met?"
+        "{:<4} {:<44} {:>22} {:>36} {:>9}  {:<34} met?",
+        "id", "figure", "value [min–max]", "comparison", "ratio", "goal"
     );
     for f in figures {
         let value = match (f.min, f.max) {

@@ -588,6 +588,9 @@ pub fn add_slow_rule(plugin_dir: &Path, spin_ms: u64) {
 /// output pipes, and waits until the server's pid is in `pidfile` and `port`
 /// accepts connections; `None` if that takes longer than `within`.
 fn spawn_watched(script: &str, pidfile: &std::path::Path, port: u16, within: Duration) -> Option<u32> {
+    // The watchdog shell outlives this call by design (it stops the server
+    // once the test process is gone): nothing waits for it.
+    #[allow(clippy::zombie_processes)]
     Command::new("sh")
         .args(["-c", script])
         .stdin(Stdio::null())

@@ -80,7 +80,7 @@ pub struct NewAppeal {
 /// What opening an appeal did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AppealOpened {
-    Opened(Appeal),
+    Opened(Box<Appeal>),
     /// The decision has an open appeal already (its id).
     AlreadyOpen(String),
     /// The request's idempotency key expired before the write.
@@ -155,11 +155,13 @@ pub(super) fn quantile(sorted: &[i64], p: f64) -> Option<i64> {
     Some(sorted[rank - 1])
 }
 
+/// One appeal for [`figures`]: the appealed decision's plugin, version and
+/// policy, the appeal's status, and how long closing it took.
+pub(super) type AppealRow = (Option<String>, Option<String>, String, AppealStatus, Option<i64>);
+
 /// Rows of closed and open appeals folded into figures per (plugin,
 /// version, policy).
-pub(super) fn figures(
-    rows: Vec<(Option<String>, Option<String>, String, AppealStatus, Option<i64>)>,
-) -> Vec<AppealFigures> {
+pub(super) fn figures(rows: Vec<AppealRow>) -> Vec<AppealFigures> {
     type Key = (Option<String>, Option<String>, String);
     let mut by: std::collections::BTreeMap<Key, (i64, i64, i64, Vec<i64>)> = std::collections::BTreeMap::new();
     for (plugin, version, policy, status, took) in rows {
@@ -274,7 +276,7 @@ macro_rules! impl_appeals {
                         .await?;
                     }
                     tx.commit().await?;
-                    Ok(AppealOpened::Opened(a.clone()))
+                    Ok(AppealOpened::Opened(Box::new(a.clone())))
                 }
 
                 async fn appeal(&self, id: &str) -> StoreResult<Option<Appeal>> {

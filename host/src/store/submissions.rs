@@ -88,6 +88,9 @@ pub struct ItemWrite {
 
 /// What storing a submission did.
 #[derive(Debug, Clone, PartialEq)]
+// Nearly every answer is `Created`: boxing its item would add an allocation
+// per submission to make the rare outcomes smaller.
+#[allow(clippy::large_enum_variant)]
 pub enum CreateOutcome {
     /// Stored in `item.status`, for `cause`.
     Created { item: Item, cause: Cause },

@@ -187,8 +187,8 @@ async fn each_request_is_applied_once_and_stale_callbacks_are_recorded(setup: Se
     let mut statuses: BTreeMap<u16, usize> = BTreeMap::new();
     for chunk in sends.chunks(8) {
         let mut tasks = tokio::task::JoinSet::new();
-        for cb in chunk.to_vec() {
-            let (http, url) = (http.clone(), url.clone());
+        for cb in chunk {
+            let (http, url, cb) = (http.clone(), url.clone(), cb.clone());
             tasks.spawn(async move { send_callback(&http, &url, &secret_key(), &cb).await.unwrap() });
         }
         for status in tasks.join_all().await {

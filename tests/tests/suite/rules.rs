@@ -46,7 +46,7 @@ fn loaded_examples() -> &'static [(&'static str, LoadedPlugin, std::path::PathBu
 fn example_plugins_pass_their_cases_through_the_runtime() {
     let engine = shared_engine();
     for (_, plugin, cases) in loaded_examples() {
-        let cases = parse_cases(&std::fs::read_to_string(&cases).unwrap()).unwrap();
+        let cases = parse_cases(&std::fs::read_to_string(cases).unwrap()).unwrap();
         assert!(cases.len() >= 5, "{}: too few cases", plugin.info.name);
         for case in cases {
             let e = evaluate_case(engine, plugin, &case);
