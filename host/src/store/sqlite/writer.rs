@@ -9,8 +9,8 @@
 //! other write queued first, and once it holds one, it takes evaluation
 //! commits for at most [`EVALUATIONS_TIME`] (always at least one, so they
 //! cannot starve). A submission that arrives while the worker's commits
-//! are queued then waits for about a millisecond of them, not for all of
-//! them. A failing write fails alone: should
+//! are queued then waits for the job under way and about a millisecond
+//! more of them, not for all of them. A failing write fails alone: should
 //! any write of a transaction fail, the transaction is rolled back and run
 //! again with every write in a savepoint of its own ([`Isolation::Alone`]).
 //! Failures are rare (the API refuses bad input before it gets here), and
