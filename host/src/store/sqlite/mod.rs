@@ -276,6 +276,10 @@ const CHECKPOINT_BUSY: Duration = Duration::from_millis(5);
 /// A WAL of more frames than this (4 KiB each) is brought back to its
 /// beginning: see [`start_checkpoints`].
 const WAL_RESTART_FRAMES: i64 = 8_192;
+/// A WAL still this long was not started over at an idle moment of the
+/// writer (it had none, or a reader held the old frames): the checkpoint
+/// thread takes a turn.
+const WAL_TURN_FRAMES: i64 = 2 * WAL_RESTART_FRAMES;
 
 /// Starts the thread that moves the WAL's pages into the database file
 /// with `PASSIVE` checkpoints, which never wait for the writer nor block
@@ -309,7 +313,13 @@ fn start_checkpoints(path: &Path, writer: std::sync::Weak<Writer>) -> anyhow::Re
             loop {
                 let pause = match checkpoint() {
                     // Frames in the WAL, and of those copied to the database file.
-                    Ok((log, _)) if log > WAL_RESTART_FRAMES => {
+                    Ok((log, _)) if log > WAL_RESTART_FRAMES && log <= WAL_TURN_FRAMES => {
+                        if let Some(w) = writer.upgrade() {
+                            w.restart_wal();
+                        }
+                        CHECKPOINT_BUSY
+                    }
+                    Ok((log, _)) if log > WAL_TURN_FRAMES => {
                         if let Some(turn) = writer.upgrade().and_then(|w| w.turn_blocking().ok())
                             && let Err(e) = checkpoint()
                         {

@@ -28,6 +28,11 @@
 //! its statements run back to back through rusqlite's prepared-statement
 //! cache, on the same `libsqlite3-sys` build sqlx links.
 //!
+//! When the WAL has grown long, the writer also finishes the checkpoint
+//! that lets it start over, at a moment it has nothing queued (see
+//! [`Writer::restart_wal`]): the few frames left are copied while no write
+//! waits, instead of in a turn that stops the writes behind it.
+//!
 //! The cold paths (moderation, deliveries, retention, …) keep their sqlx
 //! code, one SQL text for both stores: they queue a [`Turn`], and the
 //! writer hands them the database between two of its transactions and
@@ -38,6 +43,8 @@ use super::error::from_sqlite;
 use crate::store::{StoreError, StoreResult};
 use rusqlite::Connection;
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
@@ -172,6 +179,8 @@ pub(crate) trait BatchObserver: Send + Sync + 'static {
 /// The handle of the writer thread. The thread ends when every handle is gone.
 pub(crate) struct Writer {
     queue: mpsc::Sender<Message>,
+    /// Set by [`Writer::restart_wal`], taken by the thread when idle.
+    restart: Arc<AtomicBool>,
 }
 
 impl Writer {
@@ -179,10 +188,12 @@ impl Writer {
     /// `synchronous`, foreign keys).
     pub(crate) fn start(conn: Connection, observer: Box<dyn BatchObserver>) -> std::io::Result<Writer> {
         let (queue, jobs) = mpsc::channel(QUEUE);
+        let restart = Arc::new(AtomicBool::new(false));
+        let due = restart.clone();
         std::thread::Builder::new()
             .name("gavel-sqlite-writer".into())
             .spawn(move || {
-                let run = std::panic::AssertUnwindSafe(|| run(conn, jobs, &*observer));
+                let run = std::panic::AssertUnwindSafe(|| run(conn, jobs, &*observer, &due));
                 if std::panic::catch_unwind(run).is_err() {
                     // A write may be half applied and its callers unanswered;
                     // nothing of this transaction has been acknowledged. Stop
@@ -191,7 +202,20 @@ impl Writer {
                     std::process::abort();
                 }
             })?;
-        Ok(Writer { queue })
+        Ok(Writer { queue, restart })
+    }
+
+    /// Asks the thread to checkpoint on its own connection the next time
+    /// it has nothing queued, so that its next transaction starts the WAL
+    /// over. SQLite restarts the WAL only at a write transaction that finds
+    /// every frame copied to the database file, which the checkpoint
+    /// thread's passes, running beside a stream of commits, never quite
+    /// reach. Done by the writer between two transactions, the last copy
+    /// and the database file's fsync delay only the writes that arrive
+    /// meanwhile. (A reader still on the old frames can keep the WAL from
+    /// starting over; the checkpoint thread then asks again.)
+    pub(crate) fn restart_wal(&self) {
+        self.restart.store(true, Ordering::Relaxed);
     }
 
     /// Runs `f` inside the writer's next transaction; answers after the
@@ -239,12 +263,23 @@ fn stopped() -> StoreError {
     StoreError::Unavailable("the SQLite writer has stopped".into())
 }
 
-fn run(conn: Connection, mut jobs: mpsc::Receiver<Message>, observer: &dyn BatchObserver) {
+fn run(conn: Connection, mut jobs: mpsc::Receiver<Message>, observer: &dyn BatchObserver, restart: &AtomicBool) {
     let mut queued = Queued::default();
     let mut batch: Vec<Box<dyn Write>> = Vec::new();
     loop {
         if queued.is_empty() {
-            match jobs.blocking_recv() {
+            let next = match jobs.try_recv() {
+                Ok(m) => Some(m),
+                Err(mpsc::error::TryRecvError::Disconnected) => None,
+                Err(mpsc::error::TryRecvError::Empty) => {
+                    // Idle: nothing received, nothing waiting.
+                    if restart.swap(false, Ordering::Relaxed) {
+                        checkpoint(&conn);
+                    }
+                    jobs.blocking_recv()
+                }
+            };
+            match next {
                 Some(first) => queued.push(first),
                 None => return,
             }
@@ -391,6 +426,22 @@ fn rollback(conn: &Connection) {
     }
 }
 
+/// Copies the WAL's frames not yet in the database file (see
+/// [`Writer::restart_wal`]). `PASSIVE`: it never waits, and leaves alone
+/// frames a reader still needs; a checkpoint the checkpoint thread has
+/// under way makes it return at once.
+fn checkpoint(conn: &Connection) {
+    let started = Instant::now();
+    match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+        Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+    }) {
+        Ok((busy, log, copied)) => {
+            tracing::debug!(busy, log, copied, took = ?started.elapsed(), "the writer checkpointed");
+        }
+        Err(e) => tracing::warn!(error = %e, "the writer's WAL checkpoint failed"),
+    }
+}
+
 /// Hands the database to a cold path and waits until it gives it back.
 fn lend(grant: oneshot::Sender<Turn>) {
     let (release, released) = std::sync::mpsc::channel();
@@ -486,5 +537,66 @@ mod tests {
         assert!(q.next(Duration::ZERO, 2, true, false).is_some_and(|w| w.kind() == EVAL));
         assert!(q.next(Duration::ZERO, 3, true, true).is_none());
         assert!(!q.is_empty());
+    }
+
+    struct Nobody;
+
+    impl BatchObserver for Nobody {
+        fn committed(&self, _: &[(Kind, usize)]) {}
+    }
+
+    /// Frames in the WAL, as a passive checkpoint from another connection
+    /// reports them (it also copies them, as the checkpoint thread does).
+    fn wal_frames(conn: &Connection) -> i64 {
+        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_writer_starts_the_wal_over_when_asked_and_idle() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch("CREATE TABLE t (v BLOB NOT NULL)")
+            .unwrap();
+        let conn = super::super::writer_connection(&path, crate::store::Synchronous::Full).unwrap();
+        let writer = Writer::start(conn, Box::new(Nobody)).unwrap();
+        let other = Connection::open(&path).unwrap();
+        let insert = async |n: usize| {
+            for _ in 0..n {
+                writer
+                    .write(Kind::Other, 1, |c, _| {
+                        c.execute("INSERT INTO t (v) VALUES (zeroblob(4000))", [])?;
+                        Ok(())
+                    })
+                    .await
+                    .unwrap();
+            }
+        };
+        // Nothing copied: every transaction appends to the WAL.
+        insert(50).await;
+        insert(1).await;
+        let before = wal_frames(&other);
+        assert!(before > 50, "the WAL holds {before} frames");
+        // That read copied them all: the next transaction starts the WAL
+        // over, and the ones after it append again.
+        insert(51).await;
+        // Asked: at its next idle moment (after the write that wakes it),
+        // the writer copies the frames itself, and its next transaction
+        // writes from the WAL's beginning.
+        writer.restart_wal();
+        insert(1).await;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while writer.restart.load(Ordering::Relaxed) {
+            assert!(Instant::now() < deadline, "the idle writer never took the request");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        insert(1).await;
+        let after = wal_frames(&other);
+        assert!(
+            after < 10,
+            "the WAL did not start over: {after} frames (before: {before})"
+        );
     }
 }
