@@ -302,33 +302,27 @@ fn start_checkpoints(path: &Path, writer: std::sync::Weak<Writer>) -> anyhow::Re
         OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         READER_CACHE_KIB,
     )?;
-    let checkpoint = move || {
-        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-            Ok((r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
-        })
-    };
     std::thread::Builder::new()
         .name("gavel-sqlite-checkpoint".into())
         .spawn(move || {
             loop {
-                let pause = match checkpoint() {
-                    // Frames in the WAL, and of those copied to the database file.
-                    Ok((log, _)) if log > WAL_RESTART_FRAMES && log <= WAL_TURN_FRAMES => {
-                        if let Some(w) = writer.upgrade() {
-                            w.restart_wal();
-                        }
-                        CHECKPOINT_BUSY
-                    }
-                    Ok((log, _)) if log > WAL_TURN_FRAMES => {
+                let pause = match passive_checkpoint(&conn) {
+                    Ok(c) if c.log > WAL_TURN_FRAMES => {
                         if let Some(turn) = writer.upgrade().and_then(|w| w.turn_blocking().ok())
-                            && let Err(e) = checkpoint()
+                            && let Err(e) = passive_checkpoint(&conn)
                         {
                             tracing::warn!(error = %e, "WAL checkpoint failed; trying again");
                             drop(turn);
                         }
                         CHECKPOINT_BUSY
                     }
-                    Ok((log, done)) if log > 0 && done < log => CHECKPOINT_BUSY,
+                    Ok(c) if c.log > WAL_RESTART_FRAMES => {
+                        if let Some(w) = writer.upgrade() {
+                            w.restart_wal();
+                        }
+                        CHECKPOINT_BUSY
+                    }
+                    Ok(c) if c.log > 0 && c.copied < c.log => CHECKPOINT_BUSY,
                     Ok(_) => CHECKPOINT_IDLE,
                     Err(e) => {
                         tracing::warn!(error = %e, "WAL checkpoint failed; trying again");
@@ -341,6 +335,29 @@ fn start_checkpoints(path: &Path, writer: std::sync::Weak<Writer>) -> anyhow::Re
             }
         })?;
     Ok(stop)
+}
+
+/// What a `PRAGMA wal_checkpoint` reports.
+struct Checkpoint {
+    /// Whether it could not run (another checkpoint was under way).
+    busy: bool,
+    /// Frames in the WAL.
+    log: i64,
+    /// Of those, frames copied to the database file.
+    copied: i64,
+}
+
+/// A `PASSIVE` checkpoint on `conn`: it copies the WAL's frames no reader
+/// still needs into the database file, and never waits for the writer,
+/// readers or another checkpoint.
+fn passive_checkpoint(conn: &Connection) -> rusqlite::Result<Checkpoint> {
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+        Ok(Checkpoint {
+            busy: r.get::<_, i64>(0)? != 0,
+            log: r.get(1)?,
+            copied: r.get(2)?,
+        })
+    })
 }
 
 /// Runs `f` in a savepoint of its own: its failure rolls back only what it wrote.

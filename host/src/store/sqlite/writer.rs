@@ -427,17 +427,18 @@ fn rollback(conn: &Connection) {
 }
 
 /// Copies the WAL's frames not yet in the database file (see
-/// [`Writer::restart_wal`]). `PASSIVE`: it never waits, and leaves alone
-/// frames a reader still needs; a checkpoint the checkpoint thread has
-/// under way makes it return at once.
+/// [`Writer::restart_wal`]); a checkpoint the checkpoint thread has under
+/// way makes it return at once.
 fn checkpoint(conn: &Connection) {
     let started = Instant::now();
-    match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-        Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
-    }) {
-        Ok((busy, log, copied)) => {
-            tracing::debug!(busy, log, copied, took = ?started.elapsed(), "the writer checkpointed");
-        }
+    match super::passive_checkpoint(conn) {
+        Ok(c) => tracing::debug!(
+            busy = c.busy,
+            log = c.log,
+            copied = c.copied,
+            took = ?started.elapsed(),
+            "the writer checkpointed"
+        ),
         Err(e) => tracing::warn!(error = %e, "the writer's WAL checkpoint failed"),
     }
 }
@@ -548,8 +549,7 @@ mod tests {
     /// Frames in the WAL, as a passive checkpoint from another connection
     /// reports them (it also copies them, as the checkpoint thread does).
     fn wal_frames(conn: &Connection) -> i64 {
-        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1))
-            .unwrap()
+        super::super::passive_checkpoint(conn).unwrap().log
     }
 
     #[tokio::test]
