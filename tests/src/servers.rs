@@ -167,6 +167,23 @@ impl Postgres {
         self.launch();
     }
 
+    /// CPU time the whole server used so far, in seconds: the postmaster
+    /// and every process it runs (backends, WAL writer, checkpointer,
+    /// autovacuum), those that ended counted through the postmaster.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        let pidfile = self._dir.path().join("data/postmaster.pid");
+        let postmaster: u32 = std::fs::read_to_string(pidfile).ok()?.lines().next()?.trim().parse().ok()?;
+        let own = proc_stat(postmaster)?.cpu;
+        let children: f64 = std::fs::read_dir("/proc")
+            .ok()?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter_map(proc_stat)
+            .filter(|p| p.parent == postmaster)
+            .map(|p| p.cpu)
+            .sum();
+        Some(own + children)
+    }
+
     /// A new empty database; returns its URL.
     pub async fn database(&self) -> String {
         use sqlx::Connection;
@@ -190,6 +207,34 @@ impl Postgres {
             .unwrap();
         format!("postgres://gavel@127.0.0.1:{}/{name}", self.port)
     }
+}
+
+/// CPU time (user + system) process `pid` used so far, in seconds, with
+/// that of its children it has reaped; `None` once it has gone.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    Some(proc_stat(pid)?.cpu)
+}
+
+/// What `/proc/PID/stat` says of a process: its parent, and its CPU time
+/// (user + system, its own and its reaped children's) in seconds.
+struct ProcStat {
+    parent: u32,
+    cpu: f64,
+}
+
+fn proc_stat(pid: u32) -> Option<ProcStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which is in parentheses; proc(5)
+    // numbers them from 1 (pid), so field n is at n - 3 here.
+    let (_, rest) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |n: usize| fields.get(n - 3)?.parse::<f64>().ok();
+    // utime, stime, cutime, cstime: fields 14 to 17, in USER_HZ (100) ticks.
+    let ticks = field(14)? + field(15)? + field(16)? + field(17)?;
+    Some(ProcStat {
+        parent: field(4)? as u32,
+        cpu: ticks / 100.0,
+    })
 }
 
 fn unsafe_geteuid() -> u32 {
@@ -240,6 +285,11 @@ impl Redis {
         let pid =
             spawn_watched(&script, &pidfile, self.port, Duration::from_secs(10)).expect("redis-server did not start");
         *self.pid.lock().unwrap() = Some(pid);
+    }
+
+    /// CPU time the server used so far, in seconds (`None` if it is down).
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        cpu_seconds((*self.pid.lock().unwrap())?)
     }
 
     /// SIGKILLs the server: everything it held is gone.

@@ -958,6 +958,60 @@ async fn counters_are_derived_from_the_events_stored(setup: Setup) {
     );
 }
 
+/// The outbox is written by the database, in the statement that inserts
+/// the transitions: batches of submissions and of evaluation commits (one
+/// multi-row statement each on PostgreSQL) leave exactly one event per
+/// transition, in transition order, and a statement naming an item that
+/// does not exist stores neither its transitions nor their events.
+async fn every_transition_has_its_outbox_event_in_order(setup: Setup) {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let url = setup.database_url(dir.path()).await;
+    let store = gavel::store::open_url(&url, 4).await.unwrap();
+    let ids: Vec<String> = (0..40).map(|i| format!("item-o{i:02}")).collect();
+    let writes: Vec<ItemWrite> = ids.iter().map(|id| write(new_item(id))).collect();
+    for outcome in store.create_items(&writes).await.unwrap() {
+        created(outcome);
+    }
+    let mut commits = Vec::new();
+    for id in ids.iter().rev() {
+        commits.push(commit_of(&snapshot(&store, id).await, Some(ItemStatus::Visible)));
+    }
+    for outcome in store.commit_evaluations(&commits).await.unwrap() {
+        assert_eq!(outcome, CommitOutcome::Transitioned { version: 2 });
+    }
+    let bad = "INSERT INTO transitions (item_id, from_status, to_status, version, cause, actor, reason, \
+               correlation_id, created_at) VALUES \
+               ('item-o00', 'visible', 'held_for_review', 3, 'moderation', 'moderator', 'r', 'c', 0), \
+               ('item-missing', 'visible', 'held_for_review', 2, 'moderation', 'moderator', 'r', 'c', 0)";
+    let transitions = "SELECT item_id || ':' || version FROM transitions ORDER BY id";
+    let events = "SELECT event_id FROM outbox WHERE kind <> 'author' ORDER BY seq";
+    let (refused, transitions, events): (bool, Vec<String>, Vec<String>) = if url.starts_with("postgres") {
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        (
+            sqlx::query(bad).execute(&mut conn).await.is_err(),
+            sqlx::query_scalar(transitions).fetch_all(&mut conn).await.unwrap(),
+            sqlx::query_scalar(events).fetch_all(&mut conn).await.unwrap(),
+        )
+    } else {
+        let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        sqlx::query("PRAGMA foreign_keys = ON").execute(&mut conn).await.unwrap();
+        (
+            sqlx::query(bad).execute(&mut conn).await.is_err(),
+            sqlx::query_scalar(transitions).fetch_all(&mut conn).await.unwrap(),
+            sqlx::query_scalar(events).fetch_all(&mut conn).await.unwrap(),
+        )
+    };
+    assert!(refused, "a transition of an unknown item is refused");
+    assert_eq!(transitions.len(), 80, "{transitions:?}");
+    let mut applied = transitions.clone();
+    applied.sort();
+    let mut expected: Vec<String> = ids.iter().flat_map(|id| [format!("{id}:1"), format!("{id}:2")]).collect();
+    expected.sort();
+    assert_eq!(applied, expected);
+    assert_eq!(events, transitions, "one event per transition, in transition order");
+}
+
 /// Group commit: a batch of evaluation commits keeps every fence; a stale
 /// one in the middle writes nothing and the others apply.
 async fn batched_evaluation_commits_are_each_fenced(setup: Setup) {
@@ -1459,6 +1513,7 @@ gavel_tests::both!(
     duplicate_text_is_counted_inside_the_transaction,
     batched_events_each_count_once,
     counters_are_derived_from_the_events_stored,
+    every_transition_has_its_outbox_event_in_order,
     batched_evaluation_commits_are_each_fenced,
     a_failing_write_fails_alone_in_a_group_commit,
     retention_deletes_only_what_is_past_its_time,
