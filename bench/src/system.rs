@@ -555,7 +555,10 @@ pub async fn b4(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> {
     // The servers' CPU over the same runs: PostgreSQL's processes and Redis.
     let servers_cpu = || -> anyhow::Result<(f64, f64)> {
         let missing = || anyhow::anyhow!("no CPU time for the PostgreSQL or Redis server");
-        Ok((pg.cpu_seconds().ok_or_else(missing)?, redis.cpu_seconds().ok_or_else(missing)?))
+        Ok((
+            pg.cpu_seconds().ok_or_else(missing)?,
+            redis.cpu_seconds().ok_or_else(missing)?,
+        ))
     };
     let (pg_before, redis_before) = servers_cpu()?;
     let ((d, d_lo, d_hi), d_cpu) = settle_runs(&[&distributed], sizes.runs, sizes.items, 1).await?;

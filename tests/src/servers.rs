@@ -172,7 +172,13 @@ impl Postgres {
     /// autovacuum), those that ended counted through the postmaster.
     pub fn cpu_seconds(&self) -> Option<f64> {
         let pidfile = self._dir.path().join("data/postmaster.pid");
-        let postmaster: u32 = std::fs::read_to_string(pidfile).ok()?.lines().next()?.trim().parse().ok()?;
+        let postmaster: u32 = std::fs::read_to_string(pidfile)
+            .ok()?
+            .lines()
+            .next()?
+            .trim()
+            .parse()
+            .ok()?;
         let own = proc_stat(postmaster)?.cpu;
         let children: f64 = std::fs::read_dir("/proc")
             .ok()?

@@ -101,17 +101,20 @@ impl RedisCounts {
         let reads = keys.iter().map(|key| {
             let tag = self.tag(client, key);
             let names: Vec<String> = range.clone().map(|b| format!("{tag}:{b}")).collect();
-            let mut conn = self.conn.clone();
-            let count = self.spec.count.clone();
-            async move {
-                match count {
-                    Count::Items => {
-                        let counts: Vec<Option<u64>> = conn.mget(&names).await?;
-                        Ok(counts.into_iter().flatten().sum())
+            let count = &self.spec.count;
+            read(move || {
+                let mut conn = self.conn.clone();
+                let names = names.clone();
+                async move {
+                    match count {
+                        Count::Items => {
+                            let counts: Vec<Option<u64>> = conn.mget(&names).await?;
+                            Ok(counts.into_iter().flatten().sum())
+                        }
+                        Count::Distinct(_) => redis::cmd("PFCOUNT").arg(&names).query_async::<u64>(&mut conn).await,
                     }
-                    Count::Distinct(_) => redis::cmd("PFCOUNT").arg(&names).query_async::<u64>(&mut conn).await,
                 }
-            }
+            })
         });
         futures::future::join_all(reads).await.into_iter().collect()
     }
@@ -138,19 +141,44 @@ impl RedisCounts {
 
     /// When counting began, if it has (`None`: Redis lost it).
     pub(super) async fn since(&self) -> redis::RedisResult<Option<i64>> {
-        let mut conn = self.conn.clone();
-        conn.get(self.since_key()).await
+        read(|| {
+            let mut conn = self.conn.clone();
+            async move { conn.get(self.since_key()).await }
+        })
+        .await
     }
 
     /// Whether the rebuild of the current counting is done.
     pub(super) async fn ready(&self) -> redis::RedisResult<bool> {
-        let mut conn = self.conn.clone();
-        conn.exists(self.ready_key()).await
+        read(|| {
+            let mut conn = self.conn.clone();
+            async move { conn.exists(self.ready_key()).await }
+        })
+        .await
     }
 
     /// Marks the rebuild done.
     pub(super) async fn set_ready(&self) -> redis::RedisResult<()> {
         let mut conn = self.conn.clone();
         conn.set(self.ready_key(), 1).await
+    }
+}
+
+/// Runs a read, and once more if its connection had to be replaced (Redis
+/// restarted, or the network dropped the connection): the connection
+/// manager reconnects on such an error, so the first read after Redis came
+/// back finds the new connection instead of failing. Only reads are
+/// repeated: a write may have been applied before its connection dropped.
+async fn read<T, F, Fut>(mut run: F) -> redis::RedisResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = redis::RedisResult<T>>,
+{
+    match run().await {
+        Err(e) if e.is_unrecoverable_error() => {
+            tracing::debug!(error = %e, "a Redis read lost its connection; reading again on the new one");
+            run().await
+        }
+        other => other,
     }
 }

@@ -430,6 +430,33 @@ async fn redis_distinct_counts_hold_100000_values_within_their_error() {
     assert_eq!(got[1], 0);
 }
 
+/// A read right after Redis restarted answers from the new connection:
+/// the read that finds its connection dropped is made again once the
+/// connection manager has reconnected, instead of failing (here the
+/// restarted Redis is empty, so the count reads 0).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_after_redis_restarted_answers_from_the_new_connection() {
+    let spec = gavel::domain::signals::SignalSpec::parse(&gavel::domain::signals::SignalDeclaration {
+        name: "ip-items".into(),
+        key: "context.ip".into(),
+        count: "items".into(),
+        window: "1h".into(),
+        when: None,
+    })
+    .unwrap();
+    let redis = Redis::start();
+    let counts = gavel::signals::RedisCounts::open(spec, &redis.url(), "t")
+        .await
+        .unwrap();
+    let now = gavel::clock::now_ms();
+    let key = ["10.0.0.1".to_string()];
+    counts.add("web", now, &[("10.0.0.1".into(), None)]).await.unwrap();
+    assert_eq!(counts.values("web", &key, now).await.unwrap(), vec![1]);
+    redis.kill();
+    redis.restart();
+    assert_eq!(counts.values("web", &key, now).await.unwrap(), vec![0]);
+}
+
 gavel_tests::both!(
     each_item_is_counted_once_and_rebuilt_from_the_record,
     a_link_wave_is_held_and_its_backtest_is_faithful,

@@ -959,8 +959,8 @@ async fn counters_are_derived_from_the_events_stored(setup: Setup) {
 }
 
 /// The outbox is written by the database, in the statement that inserts
-/// the transitions: batches of submissions and of evaluation commits (one
-/// multi-row statement each on PostgreSQL) leave exactly one event per
+/// the transitions: batches of submissions and of evaluation commits
+/// (multi-row statements on PostgreSQL) leave exactly one event per
 /// transition, in transition order, and a statement naming an item that
 /// does not exist stores neither its transitions nor their events.
 async fn every_transition_has_its_outbox_event_in_order(setup: Setup) {
@@ -995,7 +995,10 @@ async fn every_transition_has_its_outbox_event_in_order(setup: Setup) {
         )
     } else {
         let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
-        sqlx::query("PRAGMA foreign_keys = ON").execute(&mut conn).await.unwrap();
+        sqlx::query("PRAGMA foreign_keys = ON")
+            .execute(&mut conn)
+            .await
+            .unwrap();
         (
             sqlx::query(bad).execute(&mut conn).await.is_err(),
             sqlx::query_scalar(transitions).fetch_all(&mut conn).await.unwrap(),
@@ -1006,7 +1009,10 @@ async fn every_transition_has_its_outbox_event_in_order(setup: Setup) {
     assert_eq!(transitions.len(), 80, "{transitions:?}");
     let mut applied = transitions.clone();
     applied.sort();
-    let mut expected: Vec<String> = ids.iter().flat_map(|id| [format!("{id}:1"), format!("{id}:2")]).collect();
+    let mut expected: Vec<String> = ids
+        .iter()
+        .flat_map(|id| [format!("{id}:1"), format!("{id}:2")])
+        .collect();
     expected.sort();
     assert_eq!(applied, expected);
     assert_eq!(events, transitions, "one event per transition, in transition order");
