@@ -430,7 +430,7 @@ async fn redis_distinct_counts_hold_100000_values_within_their_error() {
     assert_eq!(got[1], 0);
 }
 
-/// A read right after Redis restarted answers from the new connection:
+/// E3, one process: a read right after Redis restarted answers from the new connection:
 /// the read that finds its connection dropped is made again once the
 /// connection manager has reconnected, instead of failing (here the
 /// restarted Redis is empty, so the count reads 0).

@@ -958,7 +958,7 @@ async fn counters_are_derived_from_the_events_stored(setup: Setup) {
     );
 }
 
-/// The outbox is written by the database, in the statement that inserts
+/// Q11: the outbox is written by the database, in the statement that inserts
 /// the transitions: batches of submissions and of evaluation commits
 /// (multi-row statements on PostgreSQL) leave exactly one event per
 /// transition, in transition order, and a statement naming an item that
