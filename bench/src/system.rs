@@ -400,7 +400,9 @@ pub(crate) fn distributed_config(database: &str, redis: &gavel_tests::servers::R
     )
 }
 
-/// CPU time (user + system) the process `pid` used so far, in seconds.
+/// CPU time (user + system) the process `pid` used so far, in seconds,
+/// with that of the children it has reaped (a `gavel serve` compiles
+/// plugins in child processes, at start and on reload: outside the runs).
 fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
     gavel_tests::servers::cpu_seconds(pid).ok_or_else(|| anyhow::anyhow!("no /proc/{pid}/stat"))
 }
