@@ -145,12 +145,7 @@ impl Postgres {
     /// Restarts the server in immediate mode (SIGQUIT: no checkpoint, crash
     /// recovery on start), as an operator's `pg_ctl restart -m immediate`.
     pub fn restart_immediate(&self) {
-        // The postmaster's own pid (the watchdog knows only its wrapper's).
-        let pidfile = self._dir.path().join("data/postmaster.pid");
-        let pid = std::fs::read_to_string(&pidfile)
-            .ok()
-            .and_then(|t| t.lines().next().map(|l| l.trim().to_string()));
-        if let Some(pid) = pid {
+        if let Some(pid) = self.postmaster().map(|p| p.to_string()) {
             let _ = Command::new("kill").args(["-QUIT", &pid]).status();
             let deadline = Instant::now() + Duration::from_secs(30);
             while Command::new("kill")
@@ -167,18 +162,23 @@ impl Postgres {
         self.launch();
     }
 
-    /// CPU time the whole server used so far, in seconds: the postmaster
-    /// and every process it runs (backends, WAL writer, checkpointer,
-    /// autovacuum), those that ended counted through the postmaster.
-    pub fn cpu_seconds(&self) -> Option<f64> {
+    /// The postmaster's own pid (the watchdog knows only its wrapper's).
+    fn postmaster(&self) -> Option<u32> {
         let pidfile = self._dir.path().join("data/postmaster.pid");
-        let postmaster: u32 = std::fs::read_to_string(pidfile)
+        std::fs::read_to_string(pidfile)
             .ok()?
             .lines()
             .next()?
             .trim()
             .parse()
-            .ok()?;
+            .ok()
+    }
+
+    /// CPU time the whole server used so far, in seconds: the postmaster
+    /// and every process it runs (backends, WAL writer, checkpointer,
+    /// autovacuum), those that ended counted through the postmaster.
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        let postmaster = self.postmaster()?;
         let own = proc_stat(postmaster)?.cpu;
         let children: f64 = std::fs::read_dir("/proc")
             .ok()?
