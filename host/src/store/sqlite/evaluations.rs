@@ -23,30 +23,30 @@ pub(super) fn commit_evaluation(conn: &Connection, c: &EvaluationCommit) -> Stor
     let outcome =
         match c.to {
             Some(to) => {
-                let version: Option<i64> = conn
+                // No `RETURNING`: the fence names the version, so the new
+                // one is known (SQLite runs `RETURNING` through a temporary
+                // table, opened and freed on every call).
+                let n = conn
                     .prepare_cached(
                         "UPDATE items SET status = ?6, version = version + 1, decided_by = 'rules', updated_at = ?7, \
                      needs_eval_since = CASE WHEN event_seq = ?3 THEN NULL ELSE needs_eval_since END, \
                      evaluated_seq = ?3, eval_round = eval_round + 1 \
                      WHERE id = ?1 AND version = ?2 AND status = ?5 AND eval_round = ?4 \
-                     AND (decided_by IS NULL OR decided_by <> 'moderator') RETURNING version",
+                     AND (decided_by IS NULL OR decided_by <> 'moderator')",
                     )?
-                    .query_row(
-                        params![
-                            c.item_id,
-                            c.snapshot_version,
-                            c.snapshot_event_seq,
-                            c.snapshot_round,
-                            c.from.as_str(),
-                            to.as_str(),
-                            c.now
-                        ],
-                        |r| r.get(0),
-                    )
-                    .optional()?;
-                let Some(version) = version else {
+                    .execute(params![
+                        c.item_id,
+                        c.snapshot_version,
+                        c.snapshot_event_seq,
+                        c.snapshot_round,
+                        c.from.as_str(),
+                        to.as_str(),
+                        c.now
+                    ])?;
+                if n == 0 {
                     return Ok(CommitOutcome::Stale);
-                };
+                }
+                let version = c.snapshot_version + 1;
                 records::insert_transition(
                     conn,
                     &NewTransition {

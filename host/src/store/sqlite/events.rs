@@ -15,14 +15,21 @@ pub(super) fn append_event(conn: &Connection, w: &EventWrite) -> StoreResult<Eve
         return Ok(EventOutcome::KeyLost);
     }
     let e = &w.event;
-    let bumped: Option<(i64, Option<i64>)> = conn
+    // Bumped, then read: SQLite runs `RETURNING` through a temporary
+    // table, opened and freed on every call, which costs more than the read.
+    let bumped: Option<(i64, Option<i64>)> = match conn
         .prepare_cached(
             "UPDATE items SET event_seq = event_seq + 1, needs_eval_since = COALESCE(needs_eval_since, ?2) \
-             WHERE id = ?1 AND status <> 'deleted' AND (?3 IS NULL OR client = ?3) \
-             RETURNING event_seq, needs_eval_since",
+             WHERE id = ?1 AND status <> 'deleted' AND (?3 IS NULL OR client = ?3)",
         )?
-        .query_row(params![e.item_id, e.now, e.owner], |r| Ok((r.get(0)?, r.get(1)?)))
-        .optional()?;
+        .execute(params![e.item_id, e.now, e.owner])?
+    {
+        0 => None,
+        _ => Some(
+            conn.prepare_cached("SELECT event_seq, needs_eval_since FROM items WHERE id = ?1")?
+                .query_row(params![e.item_id], |r| Ok((r.get(0)?, r.get(1)?)))?,
+        ),
+    };
     let Some((seq, since)) = bumped else {
         if let Some(k) = &w.key {
             records::release_key(conn, k)?;

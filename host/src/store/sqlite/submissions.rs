@@ -33,14 +33,16 @@ pub(super) fn create_item(conn: &Connection, w: &ItemWrite) -> StoreResult<Creat
         }
         return Ok(CreateOutcome::DuplicateExternalId { existing_id });
     }
+    // Upserted, then read: SQLite runs `RETURNING` through a temporary
+    // table, opened and freed on every call, which costs more than the read.
+    conn.prepare_cached(
+        "INSERT INTO authors (client, author, first_seen, last_seen, status) VALUES (?1, ?2, ?3, ?3, ?4) \
+         ON CONFLICT (client, author) DO UPDATE SET last_seen = excluded.last_seen",
+    )?
+    .execute(params![it.client, it.author, it.now, w.standing.initial()])?;
     let state: String = conn
-        .prepare_cached(
-            "INSERT INTO authors (client, author, first_seen, last_seen, status) VALUES (?1, ?2, ?3, ?3, ?4) \
-             ON CONFLICT (client, author) DO UPDATE SET last_seen = excluded.last_seen RETURNING status",
-        )?
-        .query_row(params![it.client, it.author, it.now, w.standing.initial()], |r| {
-            r.get(0)
-        })?;
+        .prepare_cached("SELECT status FROM authors WHERE client = ?1 AND author = ?2")?
+        .query_row(params![it.client, it.author], |r| r.get(0))?;
     let duplicates: i64 = conn
         .prepare_cached(
             "SELECT COUNT(*) FROM items WHERE client = ?1 AND author = ?2 AND fingerprint = ?3 AND created_at >= ?4",
