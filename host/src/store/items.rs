@@ -800,14 +800,14 @@ macro_rules! impl_items {
                 to: $crate::domain::ItemStatus,
                 now: Millis,
             ) -> StoreResult<Reversals> {
-                const ACTIONS: &str = "applied AND mode = 'enforce' AND outcome = 'ok' \
-                                       AND verdict IN ('flag', 'hold', 'reject')";
+                const ACTIONS: &str = "applied AND mode = 'enforce' AND outcome = 'ok'";
+                let acting = $crate::store::plugins::ACTING_VERDICTS;
                 let verdicts: Vec<String> = to.overturned_verdicts().iter().map(|v| format!("'{}'", v.as_str())).collect();
                 let mut out = Reversals::default();
                 if !verdicts.is_empty() {
                     let overturned: Vec<(String, i64)> = sqlx::query_as(&format!(
                         "UPDATE decisions SET reversed_at = $1 WHERE item_id = $2 AND reversed_at IS NULL \
-                         AND {ACTIONS} AND verdict IN ({}) RETURNING plugin, plugin_ref",
+                         AND {ACTIONS} AND {acting} AND verdict IN ({}) RETURNING plugin, plugin_ref",
                         verdicts.join(", ")
                     ))
                     .bind(now)

@@ -11,6 +11,12 @@ use serde::Serialize;
 /// figures costs the same however long it has served.
 pub const FIGURES_WINDOW: i64 = 10_000;
 
+/// The verdicts that act on an item, as the partial index
+/// `decisions_actions` names them: a query reads that index only when its
+/// `WHERE` repeats these terms (SQLite compares them as written; see
+/// migrations/sqlite/0070_actions_index_without_in.sql for why not `IN`).
+pub const ACTING_VERDICTS: &str = "(verdict = 'flag' OR verdict = 'hold' OR verdict = 'reject')";
+
 /// What one plugin version (digest) has done lately, over every process:
 /// its latest [`FIGURES_WINDOW`] decisions (all of them when it has made
 /// fewer). Per-process totals since start are in `/metrics`.
@@ -202,9 +208,9 @@ macro_rules! impl_plugin_history {
                     let actions = sqlx::query_as::<_, (i64, i64)>(&format!(
                         "SELECT COUNT(*), COALESCE(SUM(CASE WHEN reversed_at IS NOT NULL THEN 1 ELSE 0 END), 0) \
                          FROM decisions WHERE plugin_ref = (SELECT MIN(id) FROM plugin_refs WHERE digest = $1) \
-                         AND created_at >= {} - $2 AND applied \
-                         AND verdict IN ('flag', 'hold', 'reject')",
-                        <$store as Dialect>::NOW_MS
+                         AND created_at >= {} - $2 AND applied AND {}",
+                        <$store as Dialect>::NOW_MS,
+                        $crate::store::plugins::ACTING_VERDICTS
                     ))
                     .bind(digest)
                     .bind(30 * DAY_MS)
@@ -226,13 +232,13 @@ macro_rules! impl_plugin_history {
                 }
 
                 async fn reversal_series(&self, digest: &str, since: Millis) -> StoreResult<Vec<ReversalPoint>> {
-                    let rows = sqlx::query_as::<_, (i64, i64, i64)>(
+                    let rows = sqlx::query_as::<_, (i64, i64, i64)>(&format!(
                         "SELECT (created_at / $3) * $3 AS day, COUNT(*), \
                          COALESCE(SUM(CASE WHEN reversed_at IS NOT NULL THEN 1 ELSE 0 END), 0) FROM decisions \
                          WHERE plugin_ref = (SELECT MIN(id) FROM plugin_refs WHERE digest = $1) \
-                         AND created_at >= $2 AND applied \
-                         AND verdict IN ('flag', 'hold', 'reject') GROUP BY day ORDER BY day",
-                    )
+                         AND created_at >= $2 AND applied AND {} GROUP BY day ORDER BY day",
+                        $crate::store::plugins::ACTING_VERDICTS
+                    ))
                     .bind(digest)
                     .bind(since)
                     .bind(DAY_MS)

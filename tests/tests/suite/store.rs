@@ -1417,6 +1417,63 @@ async fn pending_items_are_paged_without_gaps(setup: Setup) {
     assert_eq!(older, expected[..5]);
 }
 
+/// A version's reversal figures read the partial index of its actions
+/// (`decisions_actions`) on both stores: the queries' condition on the
+/// verdict (`plugins::ACTING_VERDICTS`) is one the planner can match to the
+/// index's own. On SQLite, storing a decision costs no temporary table
+/// for that index's condition (migration sqlite/0070).
+async fn reversal_figures_read_the_actions_index(setup: Setup) {
+    use gavel::store::plugins::ACTING_VERDICTS;
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let url = setup.database_url(dir.path()).await;
+    let _store = gavel::store::open_url(&url, 1).await.unwrap();
+    let actions = format!(
+        "SELECT COUNT(*) FROM decisions WHERE plugin_ref = 1 AND created_at >= 0 AND applied AND {ACTING_VERDICTS}"
+    );
+    if url.starts_with("postgres") {
+        // In a transaction rolled back: the other indexes on `plugin_ref`
+        // are dropped and sequential scans are off, so the plan can only
+        // read `decisions_actions`, and can read it only if the query's
+        // condition implies the index's.
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        let mut tx = conn.begin().await.unwrap();
+        for sql in ["DROP INDEX decisions_code", "SET LOCAL enable_seqscan = off"] {
+            sqlx::query(sql).execute(&mut *tx).await.unwrap();
+        }
+        let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN {actions}"))
+            .fetch_all(&mut *tx)
+            .await
+            .unwrap();
+        tx.rollback().await.unwrap();
+        assert!(plan.iter().any(|line| line.contains("decisions_actions")), "{plan:#?}");
+    } else {
+        let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        let plan: Vec<String> = sqlx::query_as::<_, (i64, i64, i64, String)>(&format!("EXPLAIN QUERY PLAN {actions}"))
+            .fetch_all(&mut conn)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.3)
+            .collect();
+        assert!(
+            plan.iter().any(|line| line.contains("USING INDEX decisions_actions")),
+            "{plan:#?}"
+        );
+        let insert = sqlx::query_as::<_, (i64, String)>(
+            "EXPLAIN INSERT INTO decisions (item_id, item_version, plugin, plugin_ref, phase, verdict, score, labels, \
+             reason, mode, applied, duration_us, outcome, created_at) \
+             VALUES ('i', 1, 'p', 1, 'async', 'flag', 1.0, '[]', '', 'enforce', 1, 5, 'ok', 0)",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        let opcodes: Vec<&str> = insert.iter().map(|(_, op)| op.as_str()).collect();
+        assert!(opcodes.contains(&"IdxInsert"), "{opcodes:?}");
+        assert!(!opcodes.contains(&"OpenEphemeral"), "{opcodes:?}");
+    }
+}
+
 /// A database from before snapshots were numbered (migration 0060) keeps
 /// its history readable: the upgrade numbers every stored snapshot, points
 /// each decision at its own, leaves configs content-addressed, and a
@@ -1524,6 +1581,7 @@ gavel_tests::both!(
     a_failing_write_fails_alone_in_a_group_commit,
     retention_deletes_only_what_is_past_its_time,
     stored_snapshots_are_numbered_on_upgrade,
+    reversal_figures_read_the_actions_index,
 );
 gavel_tests::matrix!([embedded_only: Embedded] sqlite_commits_are_durable_by_default);
 gavel_tests::matrix!([distributed_only: Distributed] multi_item_writes_take_row_locks_in_one_order);
