@@ -720,3 +720,24 @@ impl super::Exports for SqliteStore {
 super::authors::impl_authors!(SqliteStore, Sqlite, SqliteRow);
 super::appeals::impl_appeals!(SqliteStore, Sqlite, SqliteRow);
 super::lists::impl_lists!(SqliteStore, Sqlite, SqliteRow);
+
+#[cfg(test)]
+mod tests {
+    /// Every connection keeps a page cache of its own: SQLite is built
+    /// without `SQLITE_ENABLE_MEMORY_MANAGEMENT` (`.cargo/config.toml`),
+    /// which would put the pages of every connection of the process behind
+    /// one mutex, taken on each page fetched and released.
+    #[test]
+    fn sqlite_keeps_a_page_cache_per_connection() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let options: Vec<String> = conn
+            .prepare("PRAGMA compile_options")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(options.iter().any(|o| o == "THREADSAFE=1"), "{options:?}");
+        assert!(!options.iter().any(|o| o == "ENABLE_MEMORY_MANAGEMENT"), "{options:?}");
+    }
+}
