@@ -1432,10 +1432,10 @@ async fn reversal_figures_read_the_actions_index(setup: Setup) {
         "SELECT COUNT(*) FROM decisions WHERE plugin_ref = 1 AND created_at >= 0 AND applied AND {ACTING_VERDICTS}"
     );
     if url.starts_with("postgres") {
-        // In a transaction rolled back: the other indexes on `plugin_ref`
-        // are dropped and sequential scans are off, so the plan can only
-        // read `decisions_actions`, and can read it only if the query's
-        // condition implies the index's.
+        // In a transaction rolled back: the other index leading with
+        // `plugin_ref` is dropped and sequential scans are off, so the plan
+        // can only read `decisions_actions`, and can read it only if the
+        // query's condition implies the index's.
         let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
         let mut tx = conn.begin().await.unwrap();
         for sql in ["DROP INDEX decisions_code", "SET LOCAL enable_seqscan = off"] {
