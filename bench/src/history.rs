@@ -1,10 +1,11 @@
 //! B11: historical analysis. What storing every evaluation's snapshot costs
 //! end to end (B4's embedded run with `store_snapshots` off and on, side by
-//! side in one run), what it takes on disk, and how fast `gavel backtest`
-//! replays stored snapshots (on one core: a backtest judges on one thread).
+//! side in one run, their runs alternating), what it takes on disk, and how
+//! fast `gavel backtest` replays stored snapshots (on one core: a backtest
+//! judges on one thread).
 
 use crate::report::Figure;
-use crate::system::{Gavel, Sizes, rust_plugins, settle_runs};
+use crate::system::{Gavel, Sizes, rust_plugins, settle_runs_alternating};
 use std::path::Path;
 use std::time::Instant;
 
@@ -30,11 +31,13 @@ pub async fn b11(gavel_bin: &Path, sizes: Sizes) -> anyhow::Result<Vec<Figure>> 
         &format!("{tuning}store_snapshots = false\n"),
     )
     .await?;
-    let ((o, o_lo, o_hi), o_cpu) = settle_runs(&[&off], sizes.runs, sizes.items, 1).await?;
-    drop(off);
     let on_dir = dir.path().join("on");
     let on = Gavel::start(gavel_bin, &on_dir, &rust_plugins(), tuning).await?;
-    let ((n, n_lo, n_hi), n_cpu) = settle_runs(&[&on], sizes.runs, sizes.items, 1).await?;
+    // Both processes run throughout, and their runs alternate: the one
+    // not measured is idle.
+    let [((o, o_lo, o_hi), o_cpu), ((n, n_lo, n_hi), n_cpu)] =
+        settle_runs_alternating(&off, &on, sizes.runs, sizes.items).await?;
+    drop(off);
     let settled = (sizes.runs * sizes.items) as f64;
     let store = gavel::store::open_url(&format!("sqlite://{}", on_dir.join("data/gavel.db").display()), 1).await?;
     let (snapshots, bytes) = store.snapshot_footprint().await?;

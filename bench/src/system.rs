@@ -534,6 +534,27 @@ pub(crate) async fn settle_runs_with(
     Ok((median(&mut rates), median(&mut cpu).0))
 }
 
+/// [`settle_runs`] of two single processes side by side: their runs
+/// alternate (a, b, then b, a, …), so a drift of the machine over the
+/// figure weighs on both alike rather than on whichever ran last.
+pub(crate) async fn settle_runs_alternating(
+    a: &Gavel,
+    b: &Gavel,
+    runs: usize,
+    n: usize,
+) -> anyhow::Result<[(Spread, f64); 2]> {
+    let mut measured: [(Vec<f64>, Vec<f64>); 2] = Default::default();
+    for run in 0..runs {
+        let order = if run % 2 == 0 { [0, 1] } else { [1, 0] };
+        for arm in order {
+            let s = end_to_end(&[[a, b][arm]], n, 1, 0).await?;
+            measured[arm].0.push(s.rate);
+            measured[arm].1.push(s.cpu_us);
+        }
+    }
+    Ok(measured.map(|(mut rates, mut cpu)| (median(&mut rates), median(&mut cpu).0)))
+}
+
 /// B4: submitted → settled, four enforcing plugins: embedded, PostgreSQL
 /// and Redis in one process and split into 1 api + 2 workers, one item per
 /// request and 100 per batch request, with the CPU per settled item.
