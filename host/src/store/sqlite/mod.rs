@@ -26,6 +26,7 @@ mod error;
 mod evaluations;
 mod events;
 mod idempotency;
+mod known;
 mod reader;
 mod records;
 mod submissions;

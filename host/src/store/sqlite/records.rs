@@ -7,6 +7,7 @@
 //! thread a statement costs a few microseconds, so there is nothing to gain
 //! from multi-row texts (which PostgreSQL needs to save round trips).
 
+use super::known;
 use crate::clock::Millis;
 use crate::domain::ItemStatus;
 use crate::store::shared::NewTransition;
@@ -91,18 +92,24 @@ pub(super) fn insert_decisions(
     Ok(())
 }
 
-/// The `plugin_refs` id of a decision's code, stored the first time it is seen.
+/// The `plugin_refs` id of a decision's code, stored the first time it is
+/// seen (and then known to the writer thread, see `known.rs`).
 fn plugin_ref(conn: &Connection, d: &NewDecision) -> StoreResult<i64> {
+    if let Some(id) = known::plugin_ref(&d.plugin, &d.plugin_version, &d.plugin_digest) {
+        return Ok(id);
+    }
     let found = conn
         .prepare_cached("SELECT id FROM plugin_refs WHERE digest = ?1 AND name = ?2 AND version = ?3")?
         .query_row(params![d.plugin_digest, d.plugin, d.plugin_version], |r| r.get(0))
         .optional()?;
-    match found {
-        Some(id) => Ok(id),
-        None => Ok(conn
+    let id = match found {
+        Some(id) => id,
+        None => conn
             .prepare_cached("INSERT INTO plugin_refs (name, version, digest) VALUES (?1, ?2, ?3) RETURNING id")?
-            .query_row(params![d.plugin, d.plugin_version, d.plugin_digest], |r| r.get(0))?),
-    }
+            .query_row(params![d.plugin, d.plugin_version, d.plugin_digest], |r| r.get(0))?,
+    };
+    known::note_plugin_ref(&d.plugin, &d.plugin_version, &d.plugin_digest, id);
+    Ok(id)
 }
 
 /// Stores the documents the decisions name: each snapshot appended once
@@ -131,7 +138,7 @@ fn insert_input_docs<'d>(
             ])?;
             snapshots.push((snapshot.digest.as_str(), conn.last_insert_rowid()));
         }
-        if !configs.iter().any(|c| c.digest == config.digest) {
+        if !configs.iter().any(|c| c.digest == config.digest) && !known::config(&config.digest) {
             configs.push(config);
         }
     }
@@ -141,6 +148,7 @@ fn insert_input_docs<'d>(
     )?;
     for c in configs {
         insert.execute(params![c.digest, c.body, c.bytes, c.body.len() as i64, now])?;
+        known::note_config(&c.digest);
     }
     Ok(snapshots)
 }

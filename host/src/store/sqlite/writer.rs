@@ -40,6 +40,7 @@
 //! SQLite's write lock.
 
 use super::error::from_sqlite;
+use super::known;
 use crate::store::{StoreError, StoreResult};
 use rusqlite::Connection;
 use std::collections::VecDeque;
@@ -264,6 +265,7 @@ fn stopped() -> StoreError {
 }
 
 fn run(conn: Connection, mut jobs: mpsc::Receiver<Message>, observer: &dyn BatchObserver, restart: &AtomicBool) {
+    known::enable();
     let mut queued = Queued::default();
     let mut batch: Vec<Box<dyn Write>> = Vec::new();
     loop {
@@ -290,6 +292,10 @@ fn run(conn: Connection, mut jobs: mpsc::Receiver<Message>, observer: &dyn Batch
             continue;
         }
         let outcome = transaction(&conn, &mut batch, &mut queued, &mut jobs);
+        match outcome {
+            Ok(()) => known::committed(),
+            Err(_) => known::rolled_back(),
+        }
         let mut counts: Vec<(Kind, usize)> = Vec::new();
         for w in &batch {
             match counts.iter_mut().find(|(k, _)| *k == w.kind()) {
@@ -390,6 +396,7 @@ fn transaction(
         batch.push(w);
         if failed {
             execute(conn, "ROLLBACK")?;
+            known::rolled_back();
             execute(conn, "BEGIN IMMEDIATE")?;
             for w in batch.iter_mut() {
                 apply_alone(conn, &mut **w).inspect_err(|_| rollback(conn))?;
@@ -405,8 +412,10 @@ fn transaction(
 /// themselves ends the transaction.
 fn apply_alone(conn: &Connection, write: &mut dyn Write) -> Result<(), StoreError> {
     execute(conn, "SAVEPOINT w")?;
+    let mark = known::mark();
     if write.apply(conn, Isolation::Alone).is_err() {
         execute(conn, "ROLLBACK TO w")?;
+        known::rollback_to(mark);
     }
     execute(conn, "RELEASE w")
 }
@@ -550,6 +559,54 @@ mod tests {
     /// reports them (it also copies them, as the checkpoint thread does).
     fn wal_frames(conn: &Connection) -> i64 {
         super::super::passive_checkpoint(conn).unwrap().log
+    }
+
+    /// A row the writer noted as stored (`known.rs`) is kept only if its
+    /// write committed: a failed write's row is gone, and its id may be
+    /// given to another row, which must not be mistaken for it.
+    #[tokio::test]
+    async fn the_writer_forgets_what_a_failed_write_noted() {
+        use super::super::known;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch("CREATE TABLE refs (id INTEGER PRIMARY KEY, name TEXT NOT NULL)")
+            .unwrap();
+        let conn = super::super::writer_connection(&path, crate::store::Synchronous::Full).unwrap();
+        let writer = Writer::start(conn, Box::new(Nobody)).unwrap();
+        let store = |name: &'static str, fail: bool| {
+            writer.write(Kind::Other, 1, move |c, _| {
+                if let Some(id) = known::plugin_ref(name, "1", "d") {
+                    return Ok(id);
+                }
+                c.execute("INSERT INTO refs (name) VALUES (?1)", [name])?;
+                let id = c.last_insert_rowid();
+                known::note_plugin_ref(name, "1", "d", id);
+                if fail {
+                    return Err(StoreError::Database("this write fails".into()));
+                }
+                Ok(id)
+            })
+        };
+        // Alone and together with a write that commits: the failed write
+        // is rolled back with its transaction, then alone in a savepoint.
+        let (lost, kept) = tokio::join!(store("lost", true), store("kept", false));
+        assert!(lost.is_err());
+        let kept = kept.unwrap();
+        // "kept" may have been given the id "lost" had for a moment.
+        let again = store("lost", false).await.unwrap();
+        let name: String = Connection::open(&path)
+            .unwrap()
+            .query_row("SELECT name FROM refs WHERE id = ?1", [again], |r| r.get(0))
+            .unwrap();
+        assert_eq!(name, "lost", "the id of a row rolled back was taken for it");
+        assert_eq!(store("kept", false).await.unwrap(), kept, "a committed row is known");
+        let rows: i64 = Connection::open(&path)
+            .unwrap()
+            .query_row("SELECT COUNT(*) FROM refs", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 2, "a known row was stored again");
     }
 
     #[tokio::test]
