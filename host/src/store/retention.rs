@@ -116,16 +116,80 @@ macro_rules! impl_retention {
             });
 
             async fn delete(store: &$store, sql: &str, cutoff: Option<Millis>, chunk: i64) -> StoreResult<u64> {
+                delete_up_to(store, sql, cutoff, chunk, None).await
+            }
+
+            /// [`delete`] with a third parameter, `$3`: the last key of the
+            /// rows it may look at (see [`last_older_than`]).
+            async fn delete_up_to(
+                store: &$store,
+                sql: &str,
+                cutoff: Option<Millis>,
+                chunk: i64,
+                last: Option<i64>,
+            ) -> StoreResult<u64> {
                 retry_conflicts!(async {
                     let mut tx = store.begin_write().await?;
                     let mut q = sqlx::query(sql);
                     if let Some(cutoff) = cutoff {
                         q = q.bind(cutoff);
                     }
-                    let n = q.bind(chunk).execute(&mut *tx).await?.rows_affected();
+                    q = q.bind(chunk);
+                    if let Some(last) = last {
+                        q = q.bind(last);
+                    }
+                    let n = q.execute(&mut *tx).await?.rows_affected();
                     tx.commit().await?;
                     Ok(n)
                 })
+            }
+
+            /// The greatest `key` of `table` whose row was created (column
+            /// `created_at`) before `cutoff`, if any, found by bisecting the
+            /// key range with point reads on the primary key. Keys grow
+            /// with the time (up to the moment between a write reading the
+            /// clock and committing), so the rows past their time lie at the
+            /// start of the key order: retention reads them there, and
+            /// inserts into these tables (an outbox row per transition, an
+            /// event per vote or flag, a snapshot per evaluation) pay for no
+            /// index on the time. A row a little out of that order is
+            /// deleted by a later pass; a row created after `cutoff` never,
+            /// whatever its key (the deletes check the time too).
+            async fn last_older_than(
+                store: &$store,
+                table: &str,
+                key: &str,
+                created_at: &str,
+                cutoff: Millis,
+            ) -> StoreResult<Option<i64>> {
+                let first_from =
+                    format!("SELECT {key}, {created_at} FROM {table} WHERE {key} >= $1 ORDER BY {key} LIMIT 1");
+                let first = async |from: i64| -> StoreResult<Option<(i64, Millis)>> {
+                    Ok(sqlx::query_as::<_, (i64, Millis)>(&first_from)
+                        .bind(from)
+                        .fetch_optional(store.read_pool())
+                        .await?)
+                };
+                let Some((mut lo, created)) = first(i64::MIN).await? else {
+                    return Ok(None);
+                };
+                if created >= cutoff {
+                    return Ok(None);
+                }
+                let hi: Option<i64> = sqlx::query_scalar(&format!("SELECT MAX({key}) FROM {table}"))
+                    .fetch_one(store.read_pool())
+                    .await?;
+                // (Emptied meanwhile: the first row's key is as good a bound.)
+                let mut hi = hi.unwrap_or(lo);
+                // `lo` is a key older than `cutoff`; no key past `hi` is.
+                while lo < hi {
+                    let mid = lo + (hi - lo + 1) / 2;
+                    match first(mid).await? {
+                        Some((k, created)) if k <= hi && created < cutoff => lo = k,
+                        _ => hi = mid - 1,
+                    }
+                }
+                Ok(Some(lo))
             }
 
             #[async_trait::async_trait]
@@ -144,27 +208,34 @@ macro_rules! impl_retention {
                             p.chunk,
                         )
                         .await?;
-                        out.outbox = delete(
-                            self,
-                            // Past its time, no delivery left, and every endpoint's
-                            // cursor past it (a cursor that has not moved for the
-                            // whole period belongs to an endpoint nobody serves).
-                            "DELETE FROM outbox WHERE seq IN (SELECT o.seq FROM outbox o WHERE o.created_at < $1 \
-                             AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = o.event_id) \
-                             AND NOT EXISTS (SELECT 1 FROM webhook_cursors c WHERE c.updated_at >= $1 \
-                             AND (o.txid > c.txid OR (o.txid = c.txid AND o.seq > c.seq))) LIMIT $2)",
-                            Some(now - keep),
-                            p.chunk,
-                        )
-                        .await?;
+                        if let Some(last) = last_older_than(self, "outbox", "seq", "created_at", now - keep).await? {
+                            out.outbox = delete_up_to(
+                                self,
+                                // Past its time, no delivery left, and every endpoint's
+                                // cursor past it (a cursor that has not moved for the
+                                // whole period belongs to an endpoint nobody serves).
+                                "DELETE FROM outbox WHERE seq IN (SELECT o.seq FROM outbox o WHERE o.seq <= $3 \
+                                 AND o.created_at < $1 \
+                                 AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = o.event_id) \
+                                 AND NOT EXISTS (SELECT 1 FROM webhook_cursors c WHERE c.updated_at >= $1 \
+                                 AND (o.txid > c.txid OR (o.txid = c.txid AND o.seq > c.seq))) LIMIT $2)",
+                                Some(now - keep),
+                                p.chunk,
+                                Some(last),
+                            )
+                            .await?;
+                        }
                     }
-                    if let Some(keep) = p.events_ms {
-                        out.events = delete(
+                    if let Some(keep) = p.events_ms
+                        && let Some(last) = last_older_than(self, "events", "id", "created_at", now - keep).await?
+                    {
+                        out.events = delete_up_to(
                             self,
                             "DELETE FROM events WHERE id IN (SELECT e.id FROM events e JOIN items i ON i.id = e.item_id \
-                             WHERE e.created_at < $1 AND e.seq <= i.evaluated_seq LIMIT $2)",
+                             WHERE e.id <= $3 AND e.created_at < $1 AND e.seq <= i.evaluated_seq LIMIT $2)",
                             Some(now - keep),
                             p.chunk,
+                            Some(last),
                         )
                         .await?;
                     }
@@ -179,14 +250,18 @@ macro_rules! impl_retention {
                         .await?;
                     }
                     if let Some(keep) = p.snapshots_ms {
-                        out.snapshots = delete(
-                            self,
-                            "DELETE FROM snapshots WHERE id IN (SELECT id FROM snapshots \
-                             WHERE kind = 'snapshot' AND used_at < $1 LIMIT $2)",
-                            Some(now - keep),
-                            p.chunk,
-                        )
-                        .await?;
+                        // Config documents, in the same key order, are kept.
+                        if let Some(last) = last_older_than(self, "snapshots", "id", "used_at", now - keep).await? {
+                            out.snapshots = delete_up_to(
+                                self,
+                                "DELETE FROM snapshots WHERE id IN (SELECT id FROM snapshots \
+                                 WHERE id <= $3 AND kind = 'snapshot' AND used_at < $1 LIMIT $2)",
+                                Some(now - keep),
+                                p.chunk,
+                                Some(last),
+                            )
+                            .await?;
+                        }
                         out.backtests = delete(
                             self,
                             "DELETE FROM backtests WHERE id IN (SELECT id FROM backtests \

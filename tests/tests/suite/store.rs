@@ -1192,6 +1192,70 @@ async fn retention_deletes_only_what_is_past_its_time(setup: Setup) {
     assert_eq!(store.prune(&policy, later).await.unwrap().total(), 0, "caught up");
 }
 
+/// Retention finds old events and outbox rows in key order (their tables
+/// have no index on `created_at`): a row created after the cutoff is never
+/// deleted, even with older ones after it in key order, and those go once
+/// the rows before them are past their time too.
+async fn retention_reads_in_key_order_and_never_deletes_a_young_row(setup: Setup) {
+    let (store, _dir) = open(setup).await;
+    create(&store, "item-k").await;
+    let hour = 3_600_000;
+    let t = now_ms();
+    // In key order: created 3 h ago, now, 2 h ago, 4 h ago.
+    for (actor, at) in [
+        ("old", t - 3 * hour),
+        ("young", t),
+        ("late", t - 2 * hour),
+        ("later", t - 4 * hour),
+    ] {
+        let mut e = event("item-k", EventKind::Flag, actor);
+        e.event.now = at;
+        assert!(matches!(
+            store.append_events(&[e]).await.unwrap().remove(0),
+            EventOutcome::Appended(_)
+        ));
+    }
+    let data = snapshot(&store, "item-k").await;
+    assert_eq!(commit(&store, commit_of(&data, None)).await, CommitOutcome::Recorded);
+    let policy = RetentionPolicy {
+        outbox_ms: None,
+        events_ms: Some(hour),
+        callbacks_ms: None,
+        snapshots_ms: None,
+        ..RetentionPolicy::default()
+    };
+    let actors = async || -> Vec<String> {
+        let details = store.item_details("item-k").await.unwrap().unwrap();
+        details.events.into_iter().map(|e| e.actor).collect()
+    };
+    // The bisection lands on the last key (it probes the third row, then
+    // the fourth): the young row in between stays by its own time.
+    assert_eq!(store.prune(&policy, t).await.unwrap().events, 3);
+    assert_eq!(actors().await, ["young"]);
+    store.prune(&policy, t + 2 * hour).await.unwrap();
+    assert_eq!(actors().await, Vec::<String>::new());
+    // Behind a young row in key order, an old one waits for a later pass.
+    for (actor, at) in [("old", t), ("young", t + 2 * hour), ("late", t)] {
+        let mut e = event("item-k", EventKind::Flag, actor);
+        e.event.now = at;
+        store.append_events(&[e]).await.unwrap();
+    }
+    let data = snapshot(&store, "item-k").await;
+    assert_eq!(commit(&store, commit_of(&data, None)).await, CommitOutcome::Recorded);
+    assert_eq!(store.prune(&policy, t + 2 * hour).await.unwrap().events, 1);
+    assert_eq!(actors().await, ["young", "late"]);
+    assert_eq!(store.prune(&policy, t + 4 * hour).await.unwrap().events, 2);
+    assert_eq!(actors().await, Vec::<String>::new());
+    // The outbox the same way: the creation's row, not before its time.
+    let outbox = RetentionPolicy {
+        outbox_ms: Some(hour),
+        events_ms: None,
+        ..policy
+    };
+    assert_eq!(store.prune(&outbox, t).await.unwrap().outbox, 0);
+    assert_eq!(store.prune(&outbox, t + 2 * hour).await.unwrap().outbox, 1);
+}
+
 /// S1: the embedded default makes every commit durable against power loss
 /// (`synchronous = FULL`); `NORMAL` is an explicit opt-in.
 async fn sqlite_commits_are_durable_by_default(setup: Setup) {
@@ -1580,6 +1644,7 @@ gavel_tests::both!(
     batched_evaluation_commits_are_each_fenced,
     a_failing_write_fails_alone_in_a_group_commit,
     retention_deletes_only_what_is_past_its_time,
+    retention_reads_in_key_order_and_never_deletes_a_young_row,
     stored_snapshots_are_numbered_on_upgrade,
     reversal_figures_read_the_actions_index,
 );
