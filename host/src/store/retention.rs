@@ -192,6 +192,22 @@ macro_rules! impl_retention {
                 Ok(Some(lo))
             }
 
+            /// Deletes with `sql` among the rows of `table` up to the last
+            /// one past `cutoff` by `time` in `key` order ([`last_older_than`],
+            /// bound to `$3`); nothing when no row is that old.
+            async fn delete_in_key_order(
+                store: &$store,
+                (table, key, time): (&str, &str, &str),
+                sql: &str,
+                cutoff: Millis,
+                chunk: i64,
+            ) -> StoreResult<u64> {
+                match last_older_than(store, table, key, time, cutoff).await? {
+                    Some(last) => delete_up_to(store, sql, Some(cutoff), chunk, Some(last)).await,
+                    None => Ok(0),
+                }
+            }
+
             #[async_trait::async_trait]
             impl Retention for $store {
                 async fn prune(&self, p: &RetentionPolicy, now: Millis) -> StoreResult<Pruned> {
@@ -208,34 +224,30 @@ macro_rules! impl_retention {
                             p.chunk,
                         )
                         .await?;
-                        if let Some(last) = last_older_than(self, "outbox", "seq", "created_at", now - keep).await? {
-                            out.outbox = delete_up_to(
-                                self,
-                                // Past its time, no delivery left, and every endpoint's
-                                // cursor past it (a cursor that has not moved for the
-                                // whole period belongs to an endpoint nobody serves).
-                                "DELETE FROM outbox WHERE seq IN (SELECT o.seq FROM outbox o WHERE o.seq <= $3 \
-                                 AND o.created_at < $1 \
-                                 AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = o.event_id) \
-                                 AND NOT EXISTS (SELECT 1 FROM webhook_cursors c WHERE c.updated_at >= $1 \
-                                 AND (o.txid > c.txid OR (o.txid = c.txid AND o.seq > c.seq))) LIMIT $2)",
-                                Some(now - keep),
-                                p.chunk,
-                                Some(last),
-                            )
-                            .await?;
-                        }
-                    }
-                    if let Some(keep) = p.events_ms
-                        && let Some(last) = last_older_than(self, "events", "id", "created_at", now - keep).await?
-                    {
-                        out.events = delete_up_to(
+                        out.outbox = delete_in_key_order(
                             self,
+                            ("outbox", "seq", "created_at"),
+                            // Past its time, no delivery left, and every endpoint's
+                            // cursor past it (a cursor that has not moved for the
+                            // whole period belongs to an endpoint nobody serves).
+                            "DELETE FROM outbox WHERE seq IN (SELECT o.seq FROM outbox o WHERE o.seq <= $3 \
+                             AND o.created_at < $1 \
+                             AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = o.event_id) \
+                             AND NOT EXISTS (SELECT 1 FROM webhook_cursors c WHERE c.updated_at >= $1 \
+                             AND (o.txid > c.txid OR (o.txid = c.txid AND o.seq > c.seq))) LIMIT $2)",
+                            now - keep,
+                            p.chunk,
+                        )
+                        .await?;
+                    }
+                    if let Some(keep) = p.events_ms {
+                        out.events = delete_in_key_order(
+                            self,
+                            ("events", "id", "created_at"),
                             "DELETE FROM events WHERE id IN (SELECT e.id FROM events e JOIN items i ON i.id = e.item_id \
                              WHERE e.id <= $3 AND e.created_at < $1 AND e.seq <= i.evaluated_seq LIMIT $2)",
-                            Some(now - keep),
+                            now - keep,
                             p.chunk,
-                            Some(last),
                         )
                         .await?;
                     }
@@ -251,17 +263,15 @@ macro_rules! impl_retention {
                     }
                     if let Some(keep) = p.snapshots_ms {
                         // Config documents, in the same key order, are kept.
-                        if let Some(last) = last_older_than(self, "snapshots", "id", "used_at", now - keep).await? {
-                            out.snapshots = delete_up_to(
-                                self,
-                                "DELETE FROM snapshots WHERE id IN (SELECT id FROM snapshots \
-                                 WHERE id <= $3 AND kind = 'snapshot' AND used_at < $1 LIMIT $2)",
-                                Some(now - keep),
-                                p.chunk,
-                                Some(last),
-                            )
-                            .await?;
-                        }
+                        out.snapshots = delete_in_key_order(
+                            self,
+                            ("snapshots", "id", "used_at"),
+                            "DELETE FROM snapshots WHERE id IN (SELECT id FROM snapshots \
+                             WHERE id <= $3 AND kind = 'snapshot' AND used_at < $1 LIMIT $2)",
+                            now - keep,
+                            p.chunk,
+                        )
+                        .await?;
                         out.backtests = delete(
                             self,
                             "DELETE FROM backtests WHERE id IN (SELECT id FROM backtests \

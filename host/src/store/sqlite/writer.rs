@@ -555,6 +555,16 @@ mod tests {
         fn committed(&self, _: &[(Kind, usize)]) {}
     }
 
+    /// A writer thread on a fresh database file holding `schema`.
+    fn writer_on(schema: &str) -> (tempfile::TempDir, std::path::PathBuf, Writer) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        Connection::open(&path).unwrap().execute_batch(schema).unwrap();
+        let conn = super::super::writer_connection(&path, crate::store::Synchronous::Full).unwrap();
+        let writer = Writer::start(conn, Box::new(Nobody)).unwrap();
+        (dir, path, writer)
+    }
+
     /// Frames in the WAL, as a passive checkpoint from another connection
     /// reports them (it also copies them, as the checkpoint thread does).
     fn wal_frames(conn: &Connection) -> i64 {
@@ -567,14 +577,7 @@ mod tests {
     #[tokio::test]
     async fn the_writer_forgets_what_a_failed_write_noted() {
         use super::super::known;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("w.db");
-        Connection::open(&path)
-            .unwrap()
-            .execute_batch("CREATE TABLE refs (id INTEGER PRIMARY KEY, name TEXT NOT NULL)")
-            .unwrap();
-        let conn = super::super::writer_connection(&path, crate::store::Synchronous::Full).unwrap();
-        let writer = Writer::start(conn, Box::new(Nobody)).unwrap();
+        let (_dir, path, writer) = writer_on("CREATE TABLE refs (id INTEGER PRIMARY KEY, name TEXT NOT NULL)");
         let store = |name: &'static str, fail: bool| {
             writer.write(Kind::Other, 1, move |c, _| {
                 if let Some(id) = known::plugin_ref(name, "1", "d") {
@@ -611,14 +614,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_writer_starts_the_wal_over_when_asked_and_idle() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("w.db");
-        Connection::open(&path)
-            .unwrap()
-            .execute_batch("CREATE TABLE t (v BLOB NOT NULL)")
-            .unwrap();
-        let conn = super::super::writer_connection(&path, crate::store::Synchronous::Full).unwrap();
-        let writer = Writer::start(conn, Box::new(Nobody)).unwrap();
+        let (_dir, path, writer) = writer_on("CREATE TABLE t (v BLOB NOT NULL)");
         let other = Connection::open(&path).unwrap();
         let insert = async |n: usize| {
             for _ in 0..n {
