@@ -2,9 +2,13 @@
 //! write from one queue — submissions, events, evaluation commits,
 //! idempotency claims, and turns for the transactions of the cold paths.
 //!
-//! The thread drains whatever is queued (bounded by [`MAX_WRITES`] and
-//! [`MAX_BATCH_TIME`], so a burst cannot hold a commit back for long) into
-//! **one** `BEGIN IMMEDIATE … COMMIT`. Evaluation commits, the one kind no
+//! The thread drains whatever is queued (bounded by [`MAX_WRITES`] and by
+//! time, so a burst cannot hold a commit back for long) into **one**
+//! `BEGIN IMMEDIATE … COMMIT`. The time bound is [`MAX_BATCH_TIME`], or
+//! six times what the last `COMMIT` took if that is longer (see
+//! [`batch_time`]): writes spread over many rows dirty many pages, which
+//! the `COMMIT` writes to the WAL, and more of them in one transaction
+//! share those pages. Evaluation commits, the one kind no
 //! request waits on, queue behind the others: a transaction applies every
 //! other write queued first, and once it holds one, it takes evaluation
 //! commits for at most [`EVALUATIONS_TIME`] (always at least one, so they
@@ -50,11 +54,29 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 /// The most writes one transaction takes (a batch request counts each entry).
-pub(super) const MAX_WRITES: usize = 2048;
+pub(super) const MAX_WRITES: usize = 8192;
 
 /// A transaction stops taking queued writes once it has been open this
-/// long, so a deep queue does not delay the writes already applied.
+/// long, so a deep queue does not delay the writes already applied...
 pub(super) const MAX_BATCH_TIME: Duration = Duration::from_millis(4);
+
+/// ...or, when the last `COMMIT` took longer than a sixth of that, once it
+/// has been open [`COMMIT_SPREAD`] times what that `COMMIT` took, so that
+/// committing takes at most about a seventh of the writer's time while
+/// writes are queued...
+const COMMIT_SPREAD: u32 = 6;
+
+/// ...but never longer than this.
+const MAX_OPEN: Duration = Duration::from_millis(60);
+
+/// How long a transaction keeps taking queued writes after a `COMMIT` that
+/// took `commit`. A `COMMIT` writes every page the transaction dirtied to
+/// the WAL, and writes spread over many rows (a batch of events over many
+/// items) dirty a page each: a transaction that takes more of them shares
+/// those pages, and the `COMMIT` costs about the same.
+fn batch_time(commit: Duration) -> Duration {
+    (commit * COMMIT_SPREAD).clamp(MAX_BATCH_TIME, MAX_OPEN)
+}
 
 /// Once a transaction holds a write some request waits on, it takes
 /// evaluation commits for at most this long (see the module's comment).
@@ -292,10 +314,17 @@ fn run(conn: Connection, mut jobs: mpsc::Receiver<Message>, observer: &dyn Batch
             continue;
         }
         let outcome = transaction(&conn, &mut batch, &mut queued, &mut jobs);
-        match outcome {
-            Ok(()) => known::committed(),
-            Err(_) => known::rolled_back(),
-        }
+        let outcome = match outcome {
+            Ok(commit) => {
+                known::committed();
+                queued.batch_time = batch_time(commit);
+                Ok(())
+            }
+            Err(e) => {
+                known::rolled_back();
+                Err(e)
+            }
+        };
         let mut counts: Vec<(Kind, usize)> = Vec::new();
         for w in &batch {
             match counts.iter_mut().find(|(k, _)| *k == w.kind()) {
@@ -313,7 +342,6 @@ fn run(conn: Connection, mut jobs: mpsc::Receiver<Message>, observer: &dyn Batch
 }
 
 /// What the writer has taken off the channel and not yet applied.
-#[derive(Default)]
 struct Queued {
     /// Every write but evaluation commits, in the order received.
     urgent: VecDeque<Box<dyn Write>>,
@@ -321,6 +349,19 @@ struct Queued {
     evaluations: VecDeque<Box<dyn Write>>,
     /// A cold path's turn: nothing behind it is received until it is lent.
     turn: Option<oneshot::Sender<Turn>>,
+    /// How long the next transaction takes queued writes ([`batch_time`]).
+    batch_time: Duration,
+}
+
+impl Default for Queued {
+    fn default() -> Self {
+        Queued {
+            urgent: VecDeque::new(),
+            evaluations: VecDeque::new(),
+            turn: None,
+            batch_time: MAX_BATCH_TIME,
+        }
+    }
 }
 
 impl Queued {
@@ -355,14 +396,14 @@ impl Queued {
     /// waits. One evaluation commit is taken whatever the bounds, so that a
     /// stream of other writes cannot hold them back for ever.
     fn next(&mut self, open: Duration, weight: usize, urgent: bool, evaluations: bool) -> Option<Box<dyn Write>> {
-        let full = weight > 0 && (weight >= MAX_WRITES || open >= MAX_BATCH_TIME);
+        let full = weight > 0 && (weight >= MAX_WRITES || open >= self.batch_time);
         if !full && let Some(w) = self.urgent.pop_front() {
             return Some(w);
         }
         if !evaluations {
             return self.evaluations.pop_front();
         }
-        let limit = if urgent { EVALUATIONS_TIME } else { MAX_BATCH_TIME };
+        let limit = if urgent { EVALUATIONS_TIME } else { self.batch_time };
         if full || self.turn.is_some() || open >= limit {
             return None;
         }
@@ -371,14 +412,15 @@ impl Queued {
 }
 
 /// One transaction: applies what is queued, in the order [`Queued::next`]
-/// gives, then commits. If a write failed, the transaction is rolled back
-/// and run again with each write in a savepoint of its own.
+/// gives, then commits; returns how long the `COMMIT` took. If a write
+/// failed, the transaction is rolled back and run again with each write in
+/// a savepoint of its own.
 fn transaction(
     conn: &Connection,
     batch: &mut Vec<Box<dyn Write>>,
     queued: &mut Queued,
     jobs: &mut mpsc::Receiver<Message>,
-) -> Result<(), StoreError> {
+) -> Result<Duration, StoreError> {
     let started = Instant::now();
     execute(conn, "BEGIN IMMEDIATE")?;
     let (mut weight, mut urgent, mut evaluations) = (0, false, false);
@@ -404,7 +446,9 @@ fn transaction(
             break;
         }
     }
-    execute(conn, "COMMIT").inspect_err(|_| rollback(conn))
+    let committing = Instant::now();
+    execute(conn, "COMMIT").inspect_err(|_| rollback(conn))?;
+    Ok(committing.elapsed())
 }
 
 /// Applies one write in a savepoint; its own failure rolls back only the
@@ -536,6 +580,22 @@ mod tests {
         assert!(q.next(MAX_BATCH_TIME, 1, true, false).is_none());
         assert!(q.next(Duration::ZERO, MAX_WRITES, true, false).is_none());
         assert!(q.next(Duration::ZERO, 1, true, false).is_some());
+    }
+
+    #[test]
+    fn a_slow_commit_keeps_the_next_transaction_open_longer_within_the_cap() {
+        // A quick COMMIT leaves the bound where it was...
+        assert_eq!(batch_time(Duration::from_micros(300)), MAX_BATCH_TIME);
+        // ...a slow one spreads over the next transaction...
+        assert_eq!(batch_time(8 * MS), 8 * MS * COMMIT_SPREAD);
+        // ...up to the cap.
+        assert_eq!(batch_time(Duration::from_secs(1)), MAX_OPEN);
+        // The queue keeps taking writes past the usual bound once the
+        // bound is longer, and stops at it.
+        let mut q = queued(&[Kind::Events, Kind::Events]);
+        q.batch_time = batch_time(8 * MS);
+        assert!(q.next(MAX_BATCH_TIME * 2, 1_000, true, false).is_some());
+        assert!(q.next(q.batch_time, 2_000, true, false).is_none());
     }
 
     #[test]
