@@ -515,9 +515,10 @@ async fn check_invariants(
             .await
             == 0,
     ));
-    // The counters are derived from the events by the insert itself (the
-    // `events_counted` trigger); what the write path decides is the
-    // numbering: every event numbered once, 1..event_seq, and counted.
+    // The counters are derived from the events where they are inserted (on
+    // PostgreSQL the `events_counted` trigger, on SQLite the writer's one
+    // append path); what the write path decides is the numbering: every
+    // event numbered once, 1..event_seq, and counted.
     checks.push((
         "every item's events numbered 1..event_seq, none twice, none missing",
         scalar(

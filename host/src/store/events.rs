@@ -235,7 +235,7 @@ macro_rules! impl_events {
                 let (outcomes, events) = sequence(tx, batch, &live).await?;
                 apply_edits(tx, &events).await?;
                 // Which counts them too (the `events_counted` trigger,
-                // migrations/*/0014_counters_from_events.sql).
+                // migrations/postgres/0014_counters_from_events.sql).
                 insert_events(tx, &events).await?;
                 let mut responses: Vec<(&str, &str, u16, String)> = Vec::new();
                 let mut released = Vec::new();

@@ -1,7 +1,8 @@
 //! Events on the writer thread: each event bumps its item's sequence (the
-//! number it gets), marks the item for evaluation and is inserted with
-//! that number (which counts it), with its key's response, in a savepoint
-//! of its own.
+//! number it gets), marks the item for evaluation, is inserted with that
+//! number and counted, with its key's response. This is the one place
+//! SQLite appends events, so it is the one place that counts them
+//! (migrations/sqlite/0072_events_counted_by_the_writer.sql).
 
 use super::records;
 use crate::store::{EventAppended, EventOutcome, EventWrite, StoreResult};
@@ -19,16 +20,27 @@ pub(super) fn append_event(conn: &Connection, w: &EventWrite) -> StoreResult<Eve
     // table, opened and freed on every call, which costs more than the read.
     let bumped: Option<(i64, Option<i64>)> = match conn
         .prepare_cached(
-            "UPDATE items SET event_seq = event_seq + 1, needs_eval_since = COALESCE(needs_eval_since, ?2) \
-             WHERE id = ?1 AND status <> 'deleted' AND (?3 IS NULL OR client = ?3)",
+            "UPDATE items SET event_seq = event_seq + 1 \
+             WHERE id = ?1 AND status <> 'deleted' AND (?2 IS NULL OR client = ?2)",
         )?
-        .execute(params![e.item_id, e.now, e.owner])?
+        .execute(params![e.item_id, e.owner])?
     {
         0 => None,
         _ => Some(
             conn.prepare_cached("SELECT event_seq, needs_eval_since FROM items WHERE id = ?1")?
                 .query_row(params![e.item_id], |r| Ok((r.get(0)?, r.get(1)?)))?,
         ),
+    };
+    // Marked for evaluation only if it was not already: an `UPDATE` that
+    // names `needs_eval_since` rewrites its index entry even when the value
+    // stays, and an item takes many events while it waits.
+    let bumped = match bumped {
+        Some((seq, None)) => {
+            conn.prepare_cached("UPDATE items SET needs_eval_since = ?2 WHERE id = ?1")?
+                .execute(params![e.item_id, e.now])?;
+            Some((seq, Some(e.now)))
+        }
+        other => other,
     };
     let Some((seq, since)) = bumped else {
         if let Some(k) = &w.key {
@@ -53,12 +65,15 @@ pub(super) fn append_event(conn: &Connection, w: &EventWrite) -> StoreResult<Eve
         )?
         .execute(params![e.item_id, text, e.fingerprint.as_deref().unwrap_or_default()])?;
     }
-    // The insert counts the event too (the `events_counted` trigger,
-    // migrations/sqlite/0014_counters_from_events.sql).
     conn.prepare_cached(
         "INSERT INTO events (item_id, seq, kind, actor, payload, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?
     .execute(params![e.item_id, seq, e.kind.as_str(), e.actor, e.text, e.now])?;
+    conn.prepare_cached(
+        "INSERT INTO counters (item_id, name, value) VALUES (?1, ?2, 1) \
+         ON CONFLICT (item_id, name) DO UPDATE SET value = value + 1",
+    )?
+    .execute(params![e.item_id, e.kind.as_str()])?;
     let appended = EventAppended {
         item_id: e.item_id.clone(),
         event_seq: seq,

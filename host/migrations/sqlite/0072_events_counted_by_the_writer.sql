@@ -1,0 +1,12 @@
+-- An event's count was added by a trigger on `events` (0014). SQLite runs
+-- a statement that fires a trigger as a statement transaction: before the
+-- statement changes a page, it copies the page to the statement journal,
+-- so that it could undo itself alone. Every event appended paid for the
+-- copies of its events, index and counters pages (a tenth of the writer's
+-- time under a stream of events). On SQLite every event is appended by one
+-- function on the writer thread (`store/sqlite/events.rs`), which now adds
+-- the count itself, in the same transaction, right after the insert. The
+-- counters are still of events ever appended and still sum to the item's
+-- `event_seq`. PostgreSQL has no statement journal; its statement-level
+-- trigger stays.
+DROP TRIGGER events_counted;
