@@ -31,17 +31,6 @@ pub(super) fn append_event(conn: &Connection, w: &EventWrite) -> StoreResult<Eve
                 .query_row(params![e.item_id], |r| Ok((r.get(0)?, r.get(1)?)))?,
         ),
     };
-    // Marked for evaluation only if it was not already: an `UPDATE` that
-    // names `needs_eval_since` rewrites its index entry even when the value
-    // stays, and an item takes many events while it waits.
-    let bumped = match bumped {
-        Some((seq, None)) => {
-            conn.prepare_cached("UPDATE items SET needs_eval_since = ?2 WHERE id = ?1")?
-                .execute(params![e.item_id, e.now])?;
-            Some((seq, Some(e.now)))
-        }
-        other => other,
-    };
     let Some((seq, since)) = bumped else {
         if let Some(k) = &w.key {
             records::release_key(conn, k)?;
@@ -57,6 +46,17 @@ pub(super) fn append_event(conn: &Connection, w: &EventWrite) -> StoreResult<Eve
         } else {
             EventOutcome::NotFound
         });
+    };
+    // Marked for evaluation only if it was not already: an `UPDATE` that
+    // names `needs_eval_since` rewrites its index entry even when the value
+    // stays, and an item takes many events while it waits.
+    let since = match since {
+        Some(since) => since,
+        None => {
+            conn.prepare_cached("UPDATE items SET needs_eval_since = ?2 WHERE id = ?1")?
+                .execute(params![e.item_id, e.now])?;
+            e.now
+        }
     };
     if let Some(text) = &e.text {
         // The content changed: a provider's answer no longer holds.
@@ -77,7 +77,7 @@ pub(super) fn append_event(conn: &Connection, w: &EventWrite) -> StoreResult<Eve
     let appended = EventAppended {
         item_id: e.item_id.clone(),
         event_seq: seq,
-        needs_eval_since: since.unwrap_or_default(),
+        needs_eval_since: since,
     };
     if let Some(k) = &w.key {
         records::store_response(conn, k, &(w.respond)(&appended))?;

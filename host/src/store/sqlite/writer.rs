@@ -313,18 +313,12 @@ fn run(conn: Connection, mut jobs: mpsc::Receiver<Message>, observer: &dyn Batch
             lend(grant);
             continue;
         }
-        let outcome = transaction(&conn, &mut batch, &mut queued, &mut jobs);
-        let outcome = match outcome {
-            Ok(commit) => {
-                known::committed();
-                queued.batch_time = batch_time(commit);
-                Ok(())
-            }
-            Err(e) => {
-                known::rolled_back();
-                Err(e)
-            }
-        };
+        let outcome =
+            transaction(&conn, &mut batch, &mut queued, &mut jobs).map(|commit| queued.batch_time = batch_time(commit));
+        match outcome {
+            Ok(()) => known::committed(),
+            Err(_) => known::rolled_back(),
+        }
         let mut counts: Vec<(Kind, usize)> = Vec::new();
         for w in &batch {
             match counts.iter_mut().find(|(k, _)| *k == w.kind()) {
