@@ -116,6 +116,23 @@ async fn spam(s: &TestServer, author: &str) -> String {
     r["id"].as_str().unwrap().to_string()
 }
 
+/// Submits "other" as `author` and waits until the item is rejected by
+/// banned-terms. The rule runs in both phases: inline when the host starts
+/// the sync phase within its deadline, else (a loaded host stores the item
+/// without its sync rules) by the workers.
+async fn rejected(s: &TestServer, author: &str) {
+    let (status, r) = s
+        .submit_as(
+            &s.client,
+            &json!({"kind": "post", "author": author, "text": "other"}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 202, "{r}");
+    let item = s.settled(r["id"].as_str().unwrap()).await;
+    assert_eq!(item["status"], "rejected", "{item:#}");
+}
+
 /// The account transitions the receiver got for `author`, by event id.
 fn author_events(receiver: &Receiver, author: &str) -> Vec<gavel::store::Change> {
     receiver
@@ -577,14 +594,7 @@ async fn shadow_decisions_never_count(setup: Setup) {
             .any(|p| p["name"] == "banned-terms" && p["mode"] == "enforce")
     })
     .await;
-    let (_, r) = s
-        .submit_as(
-            &s.client,
-            &json!({"kind": "post", "author": "probe", "text": "other"}),
-            None,
-        )
-        .await;
-    assert_eq!(r["status"], "rejected", "{r}");
+    rejected(&s, "probe").await;
     wait_author(&s, "probe", "watch", 1.0).await;
     let shade = author(&s, "shade").await;
     assert_eq!(
@@ -595,14 +605,7 @@ async fn shadow_decisions_never_count(setup: Setup) {
     assert_eq!(shade["transitions"], json!([]));
     // One enforced rejection of shade's own: the recomputation it queues
     // counts it, and not the four shadow ones (5 strikes: suspended).
-    let (_, r) = s
-        .submit_as(
-            &s.client,
-            &json!({"kind": "post", "author": "shade", "text": "other"}),
-            None,
-        )
-        .await;
-    assert_eq!(r["status"], "rejected", "{r}");
+    rejected(&s, "shade").await;
     let recomputed = wait_author(&s, "shade", "watch", 1.0).await;
     let transitions = recomputed["transitions"].as_array().unwrap();
     assert_eq!(transitions.len(), 1, "{recomputed:#}");
