@@ -380,7 +380,7 @@ fn each<W, T>(
     conn: &Connection,
     isolation: Isolation,
     entries: &[W],
-    f: impl Fn(&Connection, &W) -> StoreResult<T>,
+    mut f: impl FnMut(&Connection, &W) -> StoreResult<T>,
 ) -> StoreResult<Vec<StoreResult<T>>> {
     match (isolation, entries) {
         (Isolation::Together, _) | (Isolation::Alone, [_]) => entries.iter().map(|w| f(conn, w).map(Ok)).collect(),
@@ -536,7 +536,8 @@ impl WriteQueue for SqliteWrites {
         self.store
             .writer
             .write(Kind::Events, n, move |conn, isolation| {
-                each(conn, isolation, &writes, events::append_event)
+                let mut appender = events::Appender::new(conn)?;
+                each(conn, isolation, &writes, |_, w| appender.append(w))
             })
             .await
             .unwrap_or_else(|e| all_failed(n, e))
@@ -582,7 +583,8 @@ impl super::Events for SqliteStore {
         let writes = batch.to_vec();
         self.writer
             .write(Kind::Events, writes.len(), move |conn, _| {
-                writes.iter().map(|w| events::append_event(conn, w)).collect()
+                let mut appender = events::Appender::new(conn)?;
+                writes.iter().map(|w| appender.append(w)).collect()
             })
             .await
     }
