@@ -81,6 +81,7 @@ impl Dialect for PgStore {
     const POSITION: &'static str = "strpos";
     const HAS_LABEL: &'static str = "d.labels::jsonb @> jsonb_build_array(CAST({} AS TEXT))";
     const ANONYMOUS_PARAMETERS: bool = false;
+    const OUTBOX_TRIGGER: bool = true;
 
     fn read_pool(&self) -> &Pool<Postgres> {
         &self.pool

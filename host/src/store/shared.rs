@@ -7,8 +7,9 @@ use crate::clock::Millis;
 use crate::domain::policy::Cause;
 use crate::domain::{Actor, ItemStatus};
 
-/// An audit row to insert (its outbox row is written by the
-/// `transitions_outbox` trigger in the same statement).
+/// An audit row to insert, with its outbox row (written by the
+/// `transitions_outbox` trigger on PostgreSQL, by the store on SQLite;
+/// see `Dialect::OUTBOX_TRIGGER`).
 #[derive(Debug, Clone)]
 pub(super) struct NewTransition<'a> {
     pub item_id: &'a str,
@@ -93,6 +94,27 @@ macro_rules! impl_shared {
                             .bind(t.ends_at);
                     }
                     q.execute(&mut **tx).await?;
+                }
+                if !<$store as $crate::store::dialect::Dialect>::OUTBOX_TRIGGER {
+                    for t in rows {
+                        sqlx::query(
+                            "INSERT INTO outbox (event_id, item_id, item_version, client, kind, external_id, \
+                             from_status, to_status, cause, actor, reason, correlation_id, created_at) \
+                             SELECT $1 || ':' || $2, id, $2, client, kind, external_id, $3, $4, $5, $6, $7, $8, $9 \
+                             FROM items WHERE id = $1",
+                        )
+                        .bind(t.item_id)
+                        .bind(t.version)
+                        .bind(t.from.as_str())
+                        .bind(t.to.as_str())
+                        .bind(t.cause.as_str())
+                        .bind(t.actor.as_str())
+                        .bind(t.reason)
+                        .bind(t.correlation_id)
+                        .bind(t.now)
+                        .execute(&mut **tx)
+                        .await?;
+                    }
                 }
                 Ok(())
             }

@@ -959,11 +959,14 @@ async fn counters_are_derived_from_the_events_stored(setup: Setup) {
     );
 }
 
-/// Q11: the outbox is written by the database, in the statement that inserts
-/// the transitions: batches of submissions and of evaluation commits
-/// (multi-row statements on PostgreSQL) leave exactly one event per
-/// transition, in transition order, and a statement naming an item that
-/// does not exist stores neither its transitions nor their events.
+/// Q11: every transition has its outbox event, in the transaction that
+/// inserts it (on PostgreSQL by a trigger in the inserting statement; on
+/// SQLite by the store right after the insert, on the writer's path and on
+/// the cold paths alike): batches of submissions and of evaluation commits
+/// (multi-row statements on PostgreSQL) and a moderator's decision leave
+/// exactly one event per transition, in transition order, and a statement
+/// naming an item that does not exist stores neither its transitions nor
+/// their events.
 async fn every_transition_has_its_outbox_event_in_order(setup: Setup) {
     use sqlx::Connection;
     let dir = tempfile::tempdir().unwrap();
@@ -981,6 +984,26 @@ async fn every_transition_has_its_outbox_event_in_order(setup: Setup) {
     for outcome in store.commit_evaluations(&commits).await.unwrap() {
         assert_eq!(outcome, CommitOutcome::Transitioned { version: 2 });
     }
+    // A moderator's decision goes through the cold paths' shared code.
+    let decided = gavel::store::moderate(
+        store.as_ref(),
+        &Moderation {
+            id: "item-o07",
+            to: ItemStatus::Rejected,
+            if_match: None,
+            by: ManualActor::Moderator,
+            name: "mod",
+            note: None,
+            reason: "spam",
+            correlation_id: "c",
+            policy: None,
+            until: None,
+            appeal: None,
+        },
+    )
+    .await
+    .unwrap();
+    assert!(matches!(decided, ModerationOutcome::Applied { .. }), "{decided:?}");
     let bad = "INSERT INTO transitions (item_id, from_status, to_status, version, cause, actor, reason, \
                correlation_id, created_at) VALUES \
                ('item-o00', 'visible', 'held_for_review', 3, 'moderation', 'moderator', 'r', 'c', 0), \
@@ -1007,12 +1030,13 @@ async fn every_transition_has_its_outbox_event_in_order(setup: Setup) {
         )
     };
     assert!(refused, "a transition of an unknown item is refused");
-    assert_eq!(transitions.len(), 80, "{transitions:?}");
+    assert_eq!(transitions.len(), 81, "{transitions:?}");
     let mut applied = transitions.clone();
     applied.sort();
     let mut expected: Vec<String> = ids
         .iter()
         .flat_map(|id| [format!("{id}:1"), format!("{id}:2")])
+        .chain(["item-o07:3".to_string()])
         .collect();
     expected.sort();
     assert_eq!(applied, expected);

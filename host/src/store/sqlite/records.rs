@@ -1,6 +1,5 @@
-//! The rows every write of the writer thread shares: audit rows (the
-//! `transitions_outbox` trigger writes each one's outbox event in the same
-//! statement), decision rows with the documents they name, authors marked
+//! The rows every write of the writer thread shares: audit rows with their
+//! outbox events, decision rows with the documents they name, authors marked
 //! for recomputation, idempotency keys sealed, released and answered, and
 //! provider requests settled by a transition. One row per statement
 //! through the connection's prepared-statement cache: on the writer's own
@@ -14,7 +13,14 @@ use crate::store::shared::NewTransition;
 use crate::store::{DecisionInputs, Handoff, InputDoc, KeyCompletion, NewDecision, StoreResult, provider_request_key};
 use rusqlite::{Connection, OptionalExtension, params};
 
-/// Inserts an audit row (and, by trigger, its outbox event).
+/// Inserts an audit row and its outbox event. On SQLite the event is
+/// written here, not by a trigger on `transitions` as on PostgreSQL: a
+/// statement that fires a trigger is a statement transaction, which first
+/// copies every page it changes to the statement journal (a quarter of
+/// this function's time under a stream of submissions); see
+/// migrations/sqlite/0073_outbox_written_with_each_transition.sql. The
+/// two rows go in one transaction, and every transition SQLite stores goes
+/// through here or through `store::shared`'s `insert_transitions`.
 pub(super) fn insert_transition(conn: &Connection, t: &NewTransition<'_>) -> StoreResult<()> {
     conn.prepare_cached(
         "INSERT INTO transitions (item_id, from_status, to_status, version, cause, actor, actor_name, actor_note, \
@@ -34,6 +40,30 @@ pub(super) fn insert_transition(conn: &Connection, t: &NewTransition<'_>) -> Sto
         t.now,
         t.policy,
         t.ends_at,
+    ])?;
+    // Read, then inserted with `VALUES`: an `INSERT … SELECT` may write many
+    // rows, so it too would be a statement transaction.
+    let (client, kind, external_id): (String, String, Option<String>) = conn
+        .prepare_cached("SELECT client, kind, external_id FROM items WHERE id = ?1")?
+        .query_row(params![t.item_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
+    conn.prepare_cached(
+        "INSERT INTO outbox (event_id, item_id, item_version, client, kind, external_id, from_status, to_status, \
+         cause, actor, reason, correlation_id, created_at) \
+         VALUES (?1 || ':' || ?2, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+    )?
+    .execute(params![
+        t.item_id,
+        t.version,
+        client,
+        kind,
+        external_id,
+        t.from.as_str(),
+        t.to.as_str(),
+        t.cause.as_str(),
+        t.actor.as_str(),
+        t.reason,
+        t.correlation_id,
+        t.now,
     ])?;
     Ok(())
 }

@@ -1,0 +1,14 @@
+-- A transition's outbox event was written by a trigger on `transitions`
+-- (0007, 0013). SQLite runs a statement that fires a trigger as a
+-- statement transaction: before the statement changes a page, it copies
+-- the page to the statement journal, so that it could undo itself alone.
+-- Every submission and every status-changing evaluation paid for copies of
+-- its transitions, outbox and index pages (a quarter of the time an audit
+-- row took to insert). On SQLite every transition is inserted by one of
+-- two store functions (`store/sqlite/records.rs::insert_transition` on the
+-- writer thread, `store/shared.rs::insert_transitions` on the cold paths),
+-- which now write the outbox row themselves, right after the audit row, in
+-- the same transaction, with the same values. PostgreSQL has no statement
+-- journal; its trigger stays. Account transitions keep theirs (0050): they
+-- are few.
+DROP TRIGGER transitions_outbox;
