@@ -843,8 +843,9 @@ async fn item_with(store: &SharedStore, author: &str, actions: Vec<NewDecision>)
     }
 }
 
-/// A moderator's decision, through the same function the API and the console use.
-async fn moderate(store: &SharedStore, id: &str, to: ItemStatus) {
+/// A moderator's decision, through the same function the API and the
+/// console use (the store's tests take one too).
+pub(crate) async fn moderate(store: &SharedStore, id: &str, to: ItemStatus) {
     let outcome = gavel::store::moderate(
         store.as_ref(),
         &Moderation {

@@ -985,25 +985,7 @@ async fn every_transition_has_its_outbox_event_in_order(setup: Setup) {
         assert_eq!(outcome, CommitOutcome::Transitioned { version: 2 });
     }
     // A moderator's decision goes through the cold paths' shared code.
-    let decided = gavel::store::moderate(
-        store.as_ref(),
-        &Moderation {
-            id: "item-o07",
-            to: ItemStatus::Rejected,
-            if_match: None,
-            by: ManualActor::Moderator,
-            name: "mod",
-            note: None,
-            reason: "spam",
-            correlation_id: "c",
-            policy: None,
-            until: None,
-            appeal: None,
-        },
-    )
-    .await
-    .unwrap();
-    assert!(matches!(decided, ModerationOutcome::Applied { .. }), "{decided:?}");
+    crate::standing::moderate(&store, "item-o07", ItemStatus::Rejected).await;
     let bad = "INSERT INTO transitions (item_id, from_status, to_status, version, cause, actor, reason, \
                correlation_id, created_at) VALUES \
                ('item-o00', 'visible', 'held_for_review', 3, 'moderation', 'moderator', 'r', 'c', 0), \
