@@ -346,6 +346,13 @@ pub struct EvaluationConfig {
     pub batch: usize,
     /// Evaluation threads (0: one per core).
     pub threads: usize,
+    /// How much lower the CPU priority of the threads judging claimed
+    /// batches is than the process's own: added to its nice value (0–19,
+    /// Linux; the sum at most 19). Above 0, request handling, sync rules and the writer go first when
+    /// they want the same cores, and the batches catch up as the load
+    /// eases; 0 shares the CPU evenly. Sync-phase rules always run at the
+    /// process's own priority.
+    pub nice: i32,
     /// When a plugin fails (trap, timeout, ...), count it as `hold`
     /// (fail-closed) instead of ignoring it (fail-open, the default).
     pub fail_closed: bool,
@@ -431,6 +438,7 @@ impl Default for EvaluationConfig {
             concurrency: 512,
             batch: 256,
             threads: 0,
+            nice: 10,
             fail_closed: false,
             debounce: Debounce::default(),
             kinds,
@@ -543,6 +551,11 @@ impl Config {
                     .iter()
                     .map(|(n, w)| (format!("webhooks.{n}"), &w.url, &w.secret, &w.secrets_file)),
             );
+        anyhow::ensure!(
+            (0..=19).contains(&self.evaluation.nice),
+            "configuration: evaluation.nice must be between 0 and 19, got {}",
+            self.evaluation.nice
+        );
         anyhow::ensure!(
             self.console.claim_ttl_ms >= 120_000,
             "configuration: console.claim_ttl_ms must be at least 120000 (an open item page renews its claim every minute)"
