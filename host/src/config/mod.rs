@@ -714,6 +714,26 @@ mod tests {
         assert!(err.to_string().contains("lisen"), "{err}");
     }
 
+    #[test]
+    fn the_batch_threads_nice_value_is_bounded() {
+        let dir = tempfile_dir();
+        let file = dir.join("gavel.toml");
+        let load = |nice: i32| {
+            std::fs::write(&file, format!("[evaluation]\nnice = {nice}\n")).unwrap();
+            Config::load(&ServeFlags {
+                config: Some(file.clone()),
+                ..ServeFlags::default()
+            })
+        };
+        assert_eq!(load(0).unwrap().evaluation.nice, 0);
+        assert_eq!(load(19).unwrap().evaluation.nice, 19);
+        for bad in [-1, 20] {
+            let err = load(bad).unwrap_err().to_string();
+            assert!(err.contains("evaluation.nice must be between 0 and 19"), "{err}");
+        }
+        assert_eq!(Config::default().evaluation.nice, 10);
+    }
+
     fn tempfile_dir() -> PathBuf {
         let dir = std::env::temp_dir().join(format!("gavel-config-test-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir).unwrap();
