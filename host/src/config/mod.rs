@@ -348,10 +348,10 @@ pub struct EvaluationConfig {
     pub threads: usize,
     /// How much lower the CPU priority of the threads judging claimed
     /// batches is than the process's own: added to its nice value (0–19,
-    /// Linux; the sum at most 19). Above 0, request handling, sync rules and the writer go first when
-    /// they want the same cores, and the batches catch up as the load
-    /// eases; 0 shares the CPU evenly. Sync-phase rules always run at the
-    /// process's own priority.
+    /// Linux; the sum at most 19). Above 0, request handling, sync rules
+    /// and the writer go first when they want the same cores, and the
+    /// batches catch up as the load eases; 0 shares the CPU evenly.
+    /// Sync-phase rules always run at the process's own priority.
     pub nice: i32,
     /// When a plugin fails (trap, timeout, ...), count it as `hold`
     /// (fail-closed) instead of ignoring it (fail-open, the default).

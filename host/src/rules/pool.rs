@@ -11,12 +11,12 @@
 //! the host is overloaded, which is the host's failure, not the rule's.
 //!
 //! The batch threads run at a lower CPU priority (`evaluation.nice` above
-//! the process's own, on Linux), as a database runs its compactions: when requests and batches
-//! want the same cores, the requests' handling, their sync rules and the
-//! writer go first, and the batches take what is left, catching up once the
-//! load eases. Batches never stop: a nice value only shares the CPU
-//! unevenly, and `evaluation.degraded_lag_ms` bounds how far they may fall
-//! behind before new submissions are held for review.
+//! the process's own, on Linux), as a database runs its compactions: when
+//! requests and batches want the same cores, the requests' handling, their
+//! sync rules and the writer go first, and the batches take what is left,
+//! catching up once the load eases. Batches never stop: a nice value only
+//! shares the CPU unevenly, and `evaluation.degraded_lag_ms` bounds how far
+//! they may fall behind before new submissions are held for review.
 
 use super::HostError;
 use std::time::Instant;
@@ -146,7 +146,7 @@ mod tests {
     async fn batches_run_at_the_configured_nice_value_and_requests_at_the_process_own() {
         let own = nice();
         let pool = EvaluationPool::new(2, 7).unwrap();
-        // Each of the batch threads, not only the first that picks a job up.
+        // Whichever batch thread runs a part of the job.
         let batch = pool
             .run(|| {
                 use rayon::prelude::*;
