@@ -113,10 +113,7 @@ pub async fn serve_with_metrics(
             .with_compiler_process(config.compiler_process.clone())
             .with_lists(lists.clone()),
     );
-    let pool = Arc::new(rules::EvaluationPool::new(
-        config.evaluation.threads,
-        config.evaluation.nice,
-    )?);
+    let pool = Arc::new(rules::EvaluationPool::new(config.evaluation.threads)?);
     let cancel = CancellationToken::new();
     let mut tasks = tokio::task::JoinSet::new();
 

@@ -346,13 +346,6 @@ pub struct EvaluationConfig {
     pub batch: usize,
     /// Evaluation threads (0: one per core).
     pub threads: usize,
-    /// How much lower the CPU priority of the threads judging claimed
-    /// batches is than the process's own: added to its nice value (0–19,
-    /// Linux; the sum at most 19). Above 0, request handling, sync rules
-    /// and the writer go first when they want the same cores, and the
-    /// batches catch up as the load eases; 0 shares the CPU evenly.
-    /// Sync-phase rules always run at the process's own priority.
-    pub nice: i32,
     /// When a plugin fails (trap, timeout, ...), count it as `hold`
     /// (fail-closed) instead of ignoring it (fail-open, the default).
     pub fail_closed: bool,
@@ -438,7 +431,6 @@ impl Default for EvaluationConfig {
             concurrency: 512,
             batch: 256,
             threads: 0,
-            nice: 10,
             fail_closed: false,
             debounce: Debounce::default(),
             kinds,
@@ -551,11 +543,6 @@ impl Config {
                     .iter()
                     .map(|(n, w)| (format!("webhooks.{n}"), &w.url, &w.secret, &w.secrets_file)),
             );
-        anyhow::ensure!(
-            (0..=19).contains(&self.evaluation.nice),
-            "configuration: evaluation.nice must be between 0 and 19, got {}",
-            self.evaluation.nice
-        );
         anyhow::ensure!(
             self.console.claim_ttl_ms >= 120_000,
             "configuration: console.claim_ttl_ms must be at least 120000 (an open item page renews its claim every minute)"
@@ -712,26 +699,6 @@ mod tests {
         })
         .unwrap_err();
         assert!(err.to_string().contains("lisen"), "{err}");
-    }
-
-    #[test]
-    fn the_batch_threads_nice_value_is_bounded() {
-        let dir = tempfile_dir();
-        let file = dir.join("gavel.toml");
-        let load = |nice: i32| {
-            std::fs::write(&file, format!("[evaluation]\nnice = {nice}\n")).unwrap();
-            Config::load(&ServeFlags {
-                config: Some(file.clone()),
-                ..ServeFlags::default()
-            })
-        };
-        assert_eq!(load(0).unwrap().evaluation.nice, 0);
-        assert_eq!(load(19).unwrap().evaluation.nice, 19);
-        for bad in [-1, 20] {
-            let err = load(bad).unwrap_err().to_string();
-            assert!(err.contains("evaluation.nice must be between 0 and 19"), "{err}");
-        }
-        assert_eq!(Config::default().evaluation.nice, 10);
     }
 
     fn tempfile_dir() -> PathBuf {
