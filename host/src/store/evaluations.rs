@@ -306,19 +306,25 @@ macro_rules! impl_evaluations {
                 authors.dedup();
                 let mut by_author = HashMap::new();
                 for chunk in authors.chunks(256) {
+                    // Each author's row and figures are looked up per author
+                    // (`LATERAL`; `LIMIT 1` keeps the key lookup from being
+                    // merged into a join): index scans whatever the
+                    // statistics, as in `Submissions`' duplicate check.
                     let sql = STATEMENTS.get("author_figures", chunk.len(), |n| {
                         format!(
-                            "WITH v (client, author, since, standing_since) AS (VALUES {}) SELECT v.client, v.author, \
+                            "SELECT v.client, v.author, f.recent, f.rejected, f.held, f.standing_items, \
+                             f.standing_rejected, a.status, a.strikes, a.first_seen \
+                             FROM (VALUES {}) AS v (client, author, since, standing_since) \
+                             LEFT JOIN LATERAL (SELECT a.status, a.strikes, a.first_seen FROM authors a \
+                             WHERE a.client = v.client AND a.author = v.author LIMIT 1) a ON true \
+                             CROSS JOIN LATERAL (SELECT \
                              COALESCE(SUM(CASE WHEN i.created_at >= v.since THEN 1 ELSE 0 END), 0) AS recent, \
                              COALESCE(SUM(CASE WHEN i.status = 'rejected' THEN 1 ELSE 0 END), 0) AS rejected, \
                              COALESCE(SUM(CASE WHEN i.status = 'held_for_review' THEN 1 ELSE 0 END), 0) AS held, \
                              COALESCE(SUM(CASE WHEN i.created_at >= v.standing_since THEN 1 ELSE 0 END), 0) AS standing_items, \
                              COALESCE(SUM(CASE WHEN i.created_at >= v.standing_since AND i.status = 'rejected' \
-                             THEN 1 ELSE 0 END), 0) AS standing_rejected, \
-                             a.status, a.strikes, a.first_seen \
-                             FROM v LEFT JOIN authors a ON a.client = v.client AND a.author = v.author \
-                             LEFT JOIN items i ON i.client = v.client AND i.author = v.author \
-                             GROUP BY v.client, v.author, a.status, a.strikes, a.first_seen",
+                             THEN 1 ELSE 0 END), 0) AS standing_rejected \
+                             FROM items i WHERE i.client = v.client AND i.author = v.author) f",
                             values(n, 4)
                         )
                     });
@@ -352,11 +358,12 @@ macro_rules! impl_evaluations {
             async fn read_duplicates(tx: &mut txn::Tx<'_>, items: &[Item], since: Millis) -> StoreResult<ByItem<i64>> {
                 let mut duplicates = HashMap::new();
                 for chunk in items.chunks(256) {
+                    // A count per row, as in `Submissions`' duplicate check.
                     let sql = STATEMENTS.get("snapshot_duplicates", chunk.len(), |n| {
                         format!(
-                            "WITH v (id, client, author, fingerprint, since) AS (VALUES {}) SELECT v.id, COUNT(i.id) \
-                             FROM v LEFT JOIN items i ON i.client = v.client AND i.author = v.author \
-                             AND i.fingerprint = v.fingerprint AND i.created_at >= v.since AND i.id <> v.id GROUP BY v.id",
+                            "SELECT v.id, (SELECT COUNT(*) FROM items i WHERE i.client = v.client \
+                             AND i.author = v.author AND i.fingerprint = v.fingerprint AND i.created_at >= v.since \
+                             AND i.id <> v.id) FROM (VALUES {}) AS v (id, client, author, fingerprint, since)",
                             values(n, 5)
                         )
                     });

@@ -135,12 +135,15 @@ macro_rules! impl_submissions {
             ) -> StoreResult<HashMap<usize, i64>> {
                 let mut counts = HashMap::new();
                 for chunk in writes.chunks(256) {
+                    // A count per row (a correlated subquery), not a join:
+                    // its plan is an index scan whatever the statistics, so
+                    // a plan cached while `items` was small (a join that
+                    // reads the whole table) cannot outlive its growth.
                     let sql = STATEMENTS.get("duplicates", chunk.len(), |n| {
                         format!(
-                            "WITH v (n, client, author, fingerprint, since) AS (VALUES {}) \
-                             SELECT v.n, COUNT(i.id) FROM v LEFT JOIN items i ON i.client = v.client \
-                             AND i.author = v.author AND i.fingerprint = v.fingerprint AND i.created_at >= v.since \
-                             GROUP BY v.n",
+                            "SELECT v.n, (SELECT COUNT(*) FROM items i WHERE i.client = v.client \
+                             AND i.author = v.author AND i.fingerprint = v.fingerprint AND i.created_at >= v.since) \
+                             FROM (VALUES {}) AS v (n, client, author, fingerprint, since)",
                             values(n, 5)
                         )
                     });
