@@ -79,11 +79,6 @@ pub(super) trait Dialect: Send + Sync + 'static {
     /// up in a list (binding one costs O(parameters)), so binding a
     /// multi-row statement of thousands of `$N` would be quadratic.
     const ANONYMOUS_PARAMETERS: bool;
-    /// Whether a trigger on `transitions` writes each one's outbox row
-    /// (PostgreSQL), or the store does, right after the insert in the same
-    /// transaction (SQLite, where a trigger makes every insert a statement
-    /// transaction: migrations/sqlite/0073_outbox_written_with_each_transition.sql).
-    const OUTBOX_TRIGGER: bool;
 
     fn read_pool(&self) -> &Pool<Self::DB>;
 

@@ -555,7 +555,7 @@ macro_rules! impl_evaluations {
 
                 async fn commit_evaluations(&self, batch: &[EvaluationCommit]) -> StoreResult<Vec<CommitOutcome>> {
                     retry_conflicts!(async {
-                        let mut tx = self.begin_write().await?;
+                        let mut tx = self.begin_batch().await?;
                         let outcomes = commit_in(&mut tx, batch).await?;
                         tx.commit().await?;
                         Ok(outcomes)

@@ -69,7 +69,7 @@ macro_rules! impl_events {
         const _: () = {
             use std::collections::{HashMap, HashSet};
             use $crate::clock::Millis;
-            use $crate::store::dialect::{Dialect, Statements, chunk_sizes, retry_conflicts, values};
+            use $crate::store::dialect::{Statements, chunk_sizes, retry_conflicts, values};
             use $crate::store::*;
 
             static STATEMENTS: Statements =
@@ -257,7 +257,7 @@ macro_rules! impl_events {
             impl Events for $store {
                 async fn append_events(&self, batch: &[EventWrite]) -> StoreResult<Vec<EventOutcome>> {
                     retry_conflicts!(async {
-                        let mut tx = self.begin_write().await?;
+                        let mut tx = self.begin_batch().await?;
                         let outcomes = append_in(&mut tx, batch).await?;
                         tx.commit().await?;
                         Ok(outcomes)

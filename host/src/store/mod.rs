@@ -34,6 +34,7 @@
 
 pub mod appeals;
 pub mod authors;
+mod bulk;
 mod dialect;
 pub mod evaluations;
 pub mod events;

@@ -31,6 +31,26 @@ impl PgStore {
         Ok(PgStore { pool })
     }
 
+    /// A write transaction of group commit (submissions, events,
+    /// evaluation commits), whose statements find every row they read or
+    /// change by its key. The planner is kept to index lookups in it:
+    /// PostgreSQL caches a prepared statement's generic plan for the life
+    /// of the connection, and one made while a table is still small (a new
+    /// database, before its first `ANALYZE`) scans the whole table and
+    /// hashes it, a plan that then stays while the table grows, until
+    /// autoanalyze invalidates it. On a new database that made runs of the
+    /// same load settle anywhere between 2,150 and 3,340 items/s.
+    pub(crate) async fn begin_batch(&self) -> StoreResult<Tx<'_, Postgres>> {
+        let tx = self
+            .pool
+            .begin_with(
+                "BEGIN; SET LOCAL enable_seqscan = off; SET LOCAL enable_hashjoin = off; \
+                 SET LOCAL enable_mergejoin = off",
+            )
+            .await?;
+        Ok(Tx::new(tx, None))
+    }
+
     /// A log's horizon (see `super::exports`): the newest id visible now,
     /// once every transaction that was writing when it was read has ended.
     /// Ids come from one sequence, so any id at or below it was drawn
@@ -81,7 +101,6 @@ impl Dialect for PgStore {
     const POSITION: &'static str = "strpos";
     const HAS_LABEL: &'static str = "d.labels::jsonb @> jsonb_build_array(CAST({} AS TEXT))";
     const ANONYMOUS_PARAMETERS: bool = false;
-    const OUTBOX_TRIGGER: bool = true;
 
     fn read_pool(&self) -> &Pool<Postgres> {
         &self.pool

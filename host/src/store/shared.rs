@@ -1,15 +1,14 @@
 //! Transaction helpers every capability uses, instantiated per backend:
 //! audit rows, decision rows, idempotency key completion, provider
 //! requests settled by a transition, and the row decoders. Each writes many
-//! rows with one multi-row statement per chunk.
+//! rows with one statement per batch or per chunk (`store/bulk.rs`).
 
 use crate::clock::Millis;
 use crate::domain::policy::Cause;
 use crate::domain::{Actor, ItemStatus};
+use crate::store::NewDecision;
 
-/// An audit row to insert, with its outbox row (written by the
-/// `transitions_outbox` trigger on PostgreSQL, by the store on SQLite;
-/// see `Dialect::OUTBOX_TRIGGER`).
+/// An audit row to insert, with its outbox row (see `store/bulk.rs`).
 #[derive(Debug, Clone)]
 pub(super) struct NewTransition<'a> {
     pub item_id: &'a str,
@@ -27,6 +26,15 @@ pub(super) struct NewTransition<'a> {
     pub policy: Option<&'a str>,
     /// When a moderator's restriction ends, if it does.
     pub ends_at: Option<Millis>,
+}
+
+/// A decision row to insert, its code and snapshot references resolved.
+pub(super) struct DecisionRow<'a> {
+    pub item_id: &'a str,
+    pub item_version: i64,
+    pub decision: &'a NewDecision,
+    pub plugin_ref: i64,
+    pub snapshot_id: Option<i64>,
 }
 
 pub(super) const ITEM_COLUMNS: &str = "id, client, external_id, kind, author, body, context, fingerprint, status, \
@@ -56,67 +64,16 @@ macro_rules! impl_shared {
             use $crate::domain::ItemStatus;
             use $crate::store::dialect::{Statements, chunk_sizes, values};
             use $crate::store::rows;
-            use $crate::store::shared::{DECISION_COLUMNS, DECISIONS_FROM, ITEM_COLUMNS, NewTransition, TRANSITION_COLUMNS};
+            use $crate::store::shared::{DECISION_COLUMNS, DECISIONS_FROM, DecisionRow, ITEM_COLUMNS, NewTransition, TRANSITION_COLUMNS};
             use $crate::store::*;
 
             pub(crate) type Tx<'a> = $crate::store::dialect::Tx<'a, $db>;
 
             static STATEMENTS: Statements = Statements::new(<$store as $crate::store::dialect::Dialect>::ANONYMOUS_PARAMETERS);
 
-            /// Inserts audit rows, one statement per chunk.
+            /// Inserts audit rows, each with its outbox event.
             pub(crate) async fn insert_transitions(tx: &mut Tx<'_>, rows: &[NewTransition<'_>]) -> StoreResult<()> {
-                let mut rest = rows;
-                for size in chunk_sizes(rows.len()) {
-                    let (chunk, tail) = rest.split_at(size);
-                    rest = tail;
-                    let sql = STATEMENTS.get("transitions", size, |n| {
-                        format!(
-                            "INSERT INTO transitions (item_id, from_status, to_status, version, cause, actor, \
-                             actor_name, actor_note, reason, correlation_id, created_at, policy, ends_at) VALUES {}",
-                            values(n, 13)
-                        )
-                    });
-                    let mut q = sqlx::query(sql);
-                    for t in chunk {
-                        q = q
-                            .bind(t.item_id)
-                            .bind(t.from.as_str())
-                            .bind(t.to.as_str())
-                            .bind(t.version)
-                            .bind(t.cause.as_str())
-                            .bind(t.actor.as_str())
-                            .bind(t.actor_name)
-                            .bind(t.actor_note)
-                            .bind(t.reason)
-                            .bind(t.correlation_id)
-                            .bind(t.now)
-                            .bind(t.policy)
-                            .bind(t.ends_at);
-                    }
-                    q.execute(&mut **tx).await?;
-                }
-                if !<$store as $crate::store::dialect::Dialect>::OUTBOX_TRIGGER {
-                    for t in rows {
-                        sqlx::query(
-                            "INSERT INTO outbox (event_id, item_id, item_version, client, kind, external_id, \
-                             from_status, to_status, cause, actor, reason, correlation_id, created_at) \
-                             SELECT $1 || ':' || $2, id, $2, client, kind, external_id, $3, $4, $5, $6, $7, $8, $9 \
-                             FROM items WHERE id = $1",
-                        )
-                        .bind(t.item_id)
-                        .bind(t.version)
-                        .bind(t.from.as_str())
-                        .bind(t.to.as_str())
-                        .bind(t.cause.as_str())
-                        .bind(t.actor.as_str())
-                        .bind(t.reason)
-                        .bind(t.correlation_id)
-                        .bind(t.now)
-                        .execute(&mut **tx)
-                        .await?;
-                    }
-                }
-                Ok(())
+                <$store as $crate::store::bulk::BulkInsert>::insert_transitions(tx, rows).await
             }
 
             /// Inserts decision rows `(item, item version, decision)`, one
@@ -129,48 +86,22 @@ macro_rules! impl_shared {
                 let now = rows.iter().map(|(_, _, d)| d.decided_at).max().unwrap_or(0);
                 let docs = rows.iter().filter_map(|(_, _, d)| d.inputs.as_ref());
                 let snapshot_ids = insert_input_docs(tx, docs, now).await?;
-                let mut rest = rows;
-                for size in chunk_sizes(rows.len()) {
-                    let (chunk, tail) = rest.split_at(size);
-                    rest = tail;
-                    let sql = STATEMENTS.get("decisions", size, |n| {
-                        format!(
-                            "INSERT INTO decisions (item_id, item_version, plugin, plugin_ref, \
-                             phase, verdict, score, labels, reason, mode, applied, duration_us, outcome, error, \
-                             created_at, snapshot_digest, config_digest, lists, snapshot_id) VALUES {}",
-                            values(n, 19)
-                        )
+                let mut decisions = Vec::with_capacity(rows.len());
+                for (item, version, d) in rows {
+                    let code = (d.plugin_digest.as_str(), d.plugin.as_str(), d.plugin_version.as_str());
+                    let plugin_ref = refs
+                        .get(&code)
+                        .copied()
+                        .ok_or_else(|| StoreError::Database(format!("no plugin_refs row for {code:?}")))?;
+                    decisions.push(DecisionRow {
+                        item_id: item,
+                        item_version: *version,
+                        decision: d,
+                        plugin_ref,
+                        snapshot_id: d.inputs.as_ref().and_then(|i| snapshot_ids.get(i.snapshot.digest.as_str()).copied()),
                     });
-                    let mut q = sqlx::query(sql);
-                    for (item, version, d) in chunk {
-                        let code = (d.plugin_digest.as_str(), d.plugin.as_str(), d.plugin_version.as_str());
-                        let plugin_ref = refs
-                            .get(&code)
-                            .copied()
-                            .ok_or_else(|| StoreError::Database(format!("no plugin_refs row for {code:?}")))?;
-                        q = q
-                            .bind(*item)
-                            .bind(*version)
-                            .bind(&d.plugin)
-                            .bind(plugin_ref)
-                            .bind(d.phase.as_str())
-                            .bind(d.verdict.map(|v| v.as_str()))
-                            .bind(d.score)
-                            .bind(rows::labels_json(&d.labels))
-                            .bind(&d.reason)
-                            .bind(d.mode.as_str())
-                            .bind(d.applied)
-                            .bind(d.duration_us)
-                            .bind(d.outcome.as_str())
-                            .bind(d.error.as_deref())
-                            .bind(d.decided_at)
-                            .bind(d.inputs.as_ref().map(|i| i.snapshot.digest.as_str()))
-                            .bind(d.inputs.as_ref().map(|i| i.config.digest.as_str()))
-                            .bind(rows::lists_json(&d.lists))
-                            .bind(d.inputs.as_ref().and_then(|i| snapshot_ids.get(i.snapshot.digest.as_str()).copied()));
-                    }
-                    q.execute(&mut **tx).await?;
                 }
+                <$store as $crate::store::bulk::BulkInsert>::insert_decisions(tx, &decisions).await?;
                 let mut striking: Vec<&str> = rows
                     .iter()
                     .filter(|(_, _, d)| d.weighs)
@@ -297,46 +228,11 @@ macro_rules! impl_shared {
                 // Sorted, so concurrent inserts of the same new configs lock in one order.
                 configs.sort_unstable_by(|a, b| a.digest.cmp(&b.digest));
                 configs.dedup_by(|a, b| a.digest == b.digest);
-                let ids = insert_docs(tx, "snapshot_docs", &snapshots, "", now).await?.into_iter().collect();
+                use $crate::store::bulk::BulkInsert as _;
+                let ids = <$store>::insert_docs(tx, &snapshots, false, now).await?.into_iter().collect();
                 // A config already stored returns no row; a new one's id is not needed.
-                let conflict = "ON CONFLICT (digest) WHERE kind = 'config' DO NOTHING";
-                insert_docs(tx, "config_docs", &configs, conflict, now).await?;
+                <$store>::insert_docs(tx, &configs, true, now).await?;
                 Ok(ids)
-            }
-
-            /// Inserts `docs` into `snapshots`, one multi-row statement per
-            /// chunk (`conflict`: the clause after the rows); returns the
-            /// `(digest, id)` of each row inserted.
-            async fn insert_docs(
-                tx: &mut Tx<'_>,
-                key: &'static str,
-                docs: &[&InputDoc],
-                conflict: &'static str,
-                now: Millis,
-            ) -> StoreResult<Vec<(String, i64)>> {
-                let mut inserted = Vec::with_capacity(docs.len());
-                let mut rest = docs;
-                for size in chunk_sizes(docs.len()) {
-                    let (chunk, tail) = rest.split_at(size);
-                    rest = tail;
-                    let sql = STATEMENTS.get(key, size, |n| {
-                        format!(
-                            "INSERT INTO snapshots (digest, kind, body, bytes, stored_bytes, used_at) VALUES {} \
-                             {conflict} RETURNING digest, id",
-                            values(n, 6)
-                        )
-                    });
-                    let q = chunk.iter().fold(sqlx::query_as::<_, (String, i64)>(sql), |q, d| {
-                        q.bind(d.digest.as_str())
-                            .bind(d.kind.as_str())
-                            .bind(d.body.as_slice())
-                            .bind(d.bytes)
-                            .bind(d.body.len() as i64)
-                            .bind(now)
-                    });
-                    inserted.extend(q.fetch_all(&mut **tx).await?);
-                }
-                Ok(inserted)
             }
 
             /// Marks the keys of `claims` done, but only those still held by

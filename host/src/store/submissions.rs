@@ -120,7 +120,7 @@ macro_rules! impl_submissions {
             use $crate::clock::Millis;
             use $crate::domain::policy::{Cause, SubmissionInputs, submission};
             use $crate::domain::{Actor, ItemStatus};
-            use $crate::store::dialect::{Dialect, Statements, chunk_sizes, retry_conflicts, values};
+            use $crate::store::dialect::{Statements, retry_conflicts, values};
             use $crate::store::shared::NewTransition;
             use $crate::store::*;
 
@@ -166,34 +166,30 @@ macro_rules! impl_submissions {
 
 
             /// Upserts the authors' rows (first and last seen), taking their
-            /// row locks; returns each author's account state.
+            /// row locks in the order given; returns each author's account
+            /// state. One statement over the rows bound as arrays (see
+            /// `store/bulk.rs`).
             async fn lock_authors(
                 tx: &mut txn::Tx<'_>,
                 authors: &[(&str, &str, Millis)],
                 initial: &str,
             ) -> StoreResult<HashMap<(String, String), String>> {
-                let mut states = HashMap::with_capacity(authors.len());
-                let mut rest = authors;
-                for size in chunk_sizes(authors.len()) {
-                    let (chunk, tail) = rest.split_at(size);
-                    rest = tail;
-                    let sql = STATEMENTS.get("authors", size, |n| {
-                        format!(
-                            "INSERT INTO authors (client, author, first_seen, last_seen, status) VALUES {} \
-                             ON CONFLICT (client, author) DO UPDATE SET last_seen = excluded.last_seen \
-                             RETURNING client, author, status",
-                            $crate::store::dialect::values(n, 5)
-                        )
-                    });
-                    let mut q = sqlx::query_as::<_, (String, String, String)>(sql);
-                    for (client, author, now) in chunk {
-                        q = q.bind(*client).bind(*author).bind(*now).bind(*now).bind(initial);
-                    }
-                    for (client, author, status) in q.fetch_all(&mut **tx).await? {
-                        states.insert((client, author), status);
-                    }
+                if authors.is_empty() {
+                    return Ok(HashMap::new());
                 }
-                Ok(states)
+                let rows = sqlx::query_as::<_, (String, String, String)>(
+                    "INSERT INTO authors (client, author, first_seen, last_seen, status) \
+                     SELECT c, a, t, t, $4 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS v (c, a, t) \
+                     ON CONFLICT (client, author) DO UPDATE SET last_seen = excluded.last_seen \
+                     RETURNING client, author, status",
+                )
+                .bind(authors.iter().map(|(client, ..)| *client).collect::<Vec<_>>())
+                .bind(authors.iter().map(|(_, author, _)| *author).collect::<Vec<_>>())
+                .bind(authors.iter().map(|(.., now)| *now).collect::<Vec<_>>())
+                .bind(initial)
+                .fetch_all(&mut **tx)
+                .await?;
+                Ok(rows.into_iter().map(|(client, author, status)| ((client, author), status)).collect())
             }
 
 
@@ -225,42 +221,37 @@ macro_rules! impl_submissions {
 
             /// Inserts items; returns the ids actually inserted (a
             /// concurrent insert of the same external id makes one skip).
+            /// One statement over the rows bound as arrays.
             async fn insert_items(tx: &mut txn::Tx<'_>, items: &[&Item]) -> StoreResult<HashSet<String>> {
-                let mut inserted = HashSet::new();
-                let mut rest = items;
-                for size in chunk_sizes(items.len()) {
-                    let (chunk, tail) = rest.split_at(size);
-                    rest = tail;
-                    let sql = STATEMENTS.get("insert_items", size, |n| {
-                        format!(
-                            "INSERT INTO items (id, client, external_id, kind, author, body, context, fingerprint, \
-                             status, version, decided_by, sync_verdict, needs_eval_since, created_at, updated_at) \
-                             VALUES {} ON CONFLICT (client, external_id) DO NOTHING RETURNING id",
-                            values(n, 15)
-                        )
-                    });
-                    let mut q = sqlx::query_scalar::<_, String>(sql);
-                    for it in chunk {
-                        q = q
-                            .bind(&it.id)
-                            .bind(&it.client)
-                            .bind(it.external_id.as_deref())
-                            .bind(&it.kind)
-                            .bind(&it.author)
-                            .bind(&it.body)
-                            .bind(&it.context)
-                            .bind(&it.fingerprint)
-                            .bind(it.status.as_str())
-                            .bind(it.version)
-                            .bind(it.decided_by.map(|a| a.as_str()))
-                            .bind(it.sync_verdict.map(|v| v.as_str()))
-                            .bind(it.needs_eval_since)
-                            .bind(it.created_at)
-                            .bind(it.updated_at);
-                    }
-                    inserted.extend(q.fetch_all(&mut **tx).await?);
+                if items.is_empty() {
+                    return Ok(HashSet::new());
                 }
-                Ok(inserted)
+                let column = |f: for<'r> fn(&'r Item) -> &'r str| items.iter().map(|i| f(i)).collect::<Vec<_>>();
+                let inserted = sqlx::query_scalar::<_, String>(
+                    "INSERT INTO items (id, client, external_id, kind, author, body, context, fingerprint, \
+                     status, version, decided_by, sync_verdict, needs_eval_since, created_at, updated_at) \
+                     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], \
+                     $7::text[], $8::text[], $9::text[], $10::bigint[], $11::text[], $12::text[], $13::bigint[], \
+                     $14::bigint[], $15::bigint[]) ON CONFLICT (client, external_id) DO NOTHING RETURNING id",
+                )
+                .bind(column(|i| &i.id))
+                .bind(column(|i| &i.client))
+                .bind(items.iter().map(|i| i.external_id.as_deref()).collect::<Vec<_>>())
+                .bind(column(|i| &i.kind))
+                .bind(column(|i| &i.author))
+                .bind(column(|i| &i.body))
+                .bind(column(|i| &i.context))
+                .bind(column(|i| &i.fingerprint))
+                .bind(column(|i| i.status.as_str()))
+                .bind(items.iter().map(|i| i.version).collect::<Vec<_>>())
+                .bind(items.iter().map(|i| i.decided_by.map(|a| a.as_str())).collect::<Vec<_>>())
+                .bind(items.iter().map(|i| i.sync_verdict.map(|v| v.as_str())).collect::<Vec<_>>())
+                .bind(items.iter().map(|i| i.needs_eval_since).collect::<Vec<_>>())
+                .bind(items.iter().map(|i| i.created_at).collect::<Vec<_>>())
+                .bind(items.iter().map(|i| i.updated_at).collect::<Vec<_>>())
+                .fetch_all(&mut **tx)
+                .await?;
+                Ok(inserted.into_iter().collect())
             }
 
 
@@ -425,7 +416,7 @@ macro_rules! impl_submissions {
             impl Submissions for $store {
                 async fn create_items(&self, batch: &[ItemWrite]) -> StoreResult<Vec<CreateOutcome>> {
                     retry_conflicts!(async {
-                        let mut tx = self.begin_write().await?;
+                        let mut tx = self.begin_batch().await?;
                         let outcomes = create_in(&mut tx, batch).await?;
                         tx.commit().await?;
                         Ok(outcomes)
