@@ -287,12 +287,21 @@ impl Worker {
                         .clone()
                         .try_acquire_many_owned(leases.len() as u32)
                         .expect("the claim took at most the free permits");
+                    // Fewer than asked: the queues hold nothing more that is
+                    // due, so the next claim waits a poll interval, as an
+                    // idle worker's does, and takes what came due meanwhile
+                    // in one claim (on Redis a claim is a script call per
+                    // partition, however few items it finds).
+                    let drained = leases.len() < free;
                     let w = self.clone();
                     inflight.spawn(async move {
                         w.process(leases).await;
                         drop(permit);
                     });
-                    continue;
+                    if !drained {
+                        continue;
+                    }
+                    poll
                 }
                 Ok(_) => poll,
                 Err(err) => {

@@ -200,7 +200,7 @@ macro_rules! impl_evaluations {
             use $crate::clock::Millis;
             use $crate::domain::policy::Cause;
             use $crate::domain::{Actor, ItemStatus, ProviderRequestStatus};
-            use $crate::store::dialect::{Dialect, Statements, chunk_sizes, placeholders, retry_conflicts, values};
+            use $crate::store::dialect::{Dialect, Statements, placeholders, retry_conflicts, values};
             use $crate::store::evaluations::rounds;
             use $crate::store::rows;
             use $crate::store::shared::NewTransition;
@@ -420,68 +420,56 @@ macro_rules! impl_evaluations {
                     .collect())
             }
 
-            /// The fenced status changes of one round; returns item → new version.
+            /// The fenced status changes of one round; returns item → new
+            /// version. One statement over the rows bound as arrays (see
+            /// `store/bulk.rs`).
             async fn fenced_transitions(tx: &mut txn::Tx<'_>, commits: &[&EvaluationCommit]) -> StoreResult<HashMap<String, i64>> {
-                let mut applied = HashMap::new();
-                let mut rest = commits;
-                for size in chunk_sizes(commits.len()) {
-                    let (chunk, tail) = rest.split_at(size);
-                    rest = tail;
-                    let sql = STATEMENTS.get("commit_transition", size, |n| {
-                        format!(
-                            "WITH v (id, version, seq, round, from_status, to_status, now) AS (VALUES {}) \
-                             UPDATE items SET status = v.to_status, version = items.version + 1, decided_by = 'rules', \
-                             updated_at = v.now, \
-                             needs_eval_since = CASE WHEN items.event_seq = v.seq THEN NULL ELSE items.needs_eval_since END, \
-                             evaluated_seq = v.seq, eval_round = items.eval_round + 1 FROM v \
-                             WHERE items.id = v.id AND items.version = v.version \
-                             AND items.status = v.from_status AND items.eval_round = v.round \
-                             AND (items.decided_by IS NULL OR items.decided_by <> 'moderator') \
-                             RETURNING items.id, items.version",
-                            values(n, 7)
-                        )
-                    });
-                    let mut q = sqlx::query_as::<_, (String, i64)>(sql);
-                    for c in chunk {
-                        let to = c.to.expect("a transition has a target");
-                        q = q
-                            .bind(&c.item_id)
-                            .bind(c.snapshot_version)
-                            .bind(c.snapshot_event_seq)
-                            .bind(c.snapshot_round)
-                            .bind(c.from.as_str())
-                            .bind(to.as_str())
-                            .bind(c.now);
-                    }
-                    applied.extend(q.fetch_all(&mut **tx).await?);
+                if commits.is_empty() {
+                    return Ok(HashMap::new());
                 }
-                Ok(applied)
+                let rows = sqlx::query_as::<_, (String, i64)>(
+                    "UPDATE items SET status = v.to_status, version = items.version + 1, decided_by = 'rules', \
+                     updated_at = v.now, \
+                     needs_eval_since = CASE WHEN items.event_seq = v.seq THEN NULL ELSE items.needs_eval_since END, \
+                     evaluated_seq = v.seq, eval_round = items.eval_round + 1 \
+                     FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[], $6::text[], \
+                     $7::bigint[]) AS v (id, version, seq, round, from_status, to_status, now) \
+                     WHERE items.id = v.id AND items.version = v.version \
+                     AND items.status = v.from_status AND items.eval_round = v.round \
+                     AND (items.decided_by IS NULL OR items.decided_by <> 'moderator') \
+                     RETURNING items.id, items.version",
+                )
+                .bind(commits.iter().map(|c| c.item_id.as_str()).collect::<Vec<_>>())
+                .bind(commits.iter().map(|c| c.snapshot_version).collect::<Vec<_>>())
+                .bind(commits.iter().map(|c| c.snapshot_event_seq).collect::<Vec<_>>())
+                .bind(commits.iter().map(|c| c.snapshot_round).collect::<Vec<_>>())
+                .bind(commits.iter().map(|c| c.from.as_str()).collect::<Vec<_>>())
+                .bind(commits.iter().map(|c| c.to.expect("a transition has a target").as_str()).collect::<Vec<_>>())
+                .bind(commits.iter().map(|c| c.now).collect::<Vec<_>>())
+                .fetch_all(&mut **tx)
+                .await?;
+                Ok(rows.into_iter().collect())
             }
 
             /// The fenced record-only commits of one round; returns the items that applied.
             async fn fenced_records(tx: &mut txn::Tx<'_>, commits: &[&EvaluationCommit]) -> StoreResult<Vec<String>> {
-                let mut applied = Vec::new();
-                let mut rest = commits;
-                for size in chunk_sizes(commits.len()) {
-                    let (chunk, tail) = rest.split_at(size);
-                    rest = tail;
-                    let sql = STATEMENTS.get("commit_record", size, |n| {
-                        format!(
-                            "WITH v (id, version, seq, round) AS (VALUES {}) UPDATE items SET \
-                             needs_eval_since = CASE WHEN items.event_seq = v.seq THEN NULL ELSE items.needs_eval_since END, \
-                             evaluated_seq = v.seq, eval_round = items.eval_round + 1 FROM v \
-                             WHERE items.id = v.id AND items.version = v.version AND items.eval_round = v.round \
-                             RETURNING items.id",
-                            values(n, 4)
-                        )
-                    });
-                    let mut q = sqlx::query_scalar::<_, String>(sql);
-                    for c in chunk {
-                        q = q.bind(&c.item_id).bind(c.snapshot_version).bind(c.snapshot_event_seq).bind(c.snapshot_round);
-                    }
-                    applied.extend(q.fetch_all(&mut **tx).await?);
+                if commits.is_empty() {
+                    return Ok(Vec::new());
                 }
-                Ok(applied)
+                Ok(sqlx::query_scalar::<_, String>(
+                    "UPDATE items SET \
+                     needs_eval_since = CASE WHEN items.event_seq = v.seq THEN NULL ELSE items.needs_eval_since END, \
+                     evaluated_seq = v.seq, eval_round = items.eval_round + 1 \
+                     FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[]) AS v (id, version, seq, round) \
+                     WHERE items.id = v.id AND items.version = v.version AND items.eval_round = v.round \
+                     RETURNING items.id",
+                )
+                .bind(commits.iter().map(|c| c.item_id.as_str()).collect::<Vec<_>>())
+                .bind(commits.iter().map(|c| c.snapshot_version).collect::<Vec<_>>())
+                .bind(commits.iter().map(|c| c.snapshot_event_seq).collect::<Vec<_>>())
+                .bind(commits.iter().map(|c| c.snapshot_round).collect::<Vec<_>>())
+                .fetch_all(&mut **tx)
+                .await?)
             }
 
             async fn commit_in(tx: &mut txn::Tx<'_>, batch: &[EvaluationCommit]) -> StoreResult<Vec<CommitOutcome>> {
