@@ -96,7 +96,11 @@ impl BulkInsert for PgStore {
         .bind(column(|r| r.decision.phase.as_str()))
         .bind(inputs(|r| r.decision.verdict.map(|v| v.as_str())))
         .bind(rows.iter().map(|r| r.decision.score).collect::<Vec<_>>())
-        .bind(rows.iter().map(|r| rows::labels_json(&r.decision.labels)).collect::<Vec<_>>())
+        .bind(
+            rows.iter()
+                .map(|r| rows::labels_json(&r.decision.labels))
+                .collect::<Vec<_>>(),
+        )
         .bind(column(|r| r.decision.reason.as_str()))
         .bind(column(|r| r.decision.mode.as_str()))
         .bind(rows.iter().map(|r| r.decision.applied).collect::<Vec<_>>())
@@ -104,9 +108,15 @@ impl BulkInsert for PgStore {
         .bind(column(|r| r.decision.outcome.as_str()))
         .bind(inputs(|r| r.decision.error.as_deref()))
         .bind(rows.iter().map(|r| r.decision.decided_at).collect::<Vec<_>>())
-        .bind(inputs(|r| r.decision.inputs.as_ref().map(|i| i.snapshot.digest.as_str())))
+        .bind(inputs(|r| {
+            r.decision.inputs.as_ref().map(|i| i.snapshot.digest.as_str())
+        }))
         .bind(inputs(|r| r.decision.inputs.as_ref().map(|i| i.config.digest.as_str())))
-        .bind(rows.iter().map(|r| rows::lists_json(&r.decision.lists)).collect::<Vec<_>>())
+        .bind(
+            rows.iter()
+                .map(|r| rows::lists_json(&r.decision.lists))
+                .collect::<Vec<_>>(),
+        )
         .bind(rows.iter().map(|r| r.snapshot_id).collect::<Vec<_>>())
         .execute(&mut **tx)
         .await?;

@@ -76,8 +76,8 @@ macro_rules! impl_shared {
                 <$store as $crate::store::bulk::BulkInsert>::insert_transitions(tx, rows).await
             }
 
-            /// Inserts decision rows `(item, item version, decision)`, one
-            /// statement per chunk.
+            /// Inserts decision rows `(item, item version, decision)`, with
+            /// the code and documents they name.
             pub(crate) async fn insert_decisions(
                 tx: &mut Tx<'_>,
                 rows: &[(&str, i64, &NewDecision)],
@@ -228,10 +228,12 @@ macro_rules! impl_shared {
                 // Sorted, so concurrent inserts of the same new configs lock in one order.
                 configs.sort_unstable_by(|a, b| a.digest.cmp(&b.digest));
                 configs.dedup_by(|a, b| a.digest == b.digest);
-                use $crate::store::bulk::BulkInsert as _;
-                let ids = <$store>::insert_docs(tx, &snapshots, false, now).await?.into_iter().collect();
+                let ids = <$store as $crate::store::bulk::BulkInsert>::insert_docs(tx, &snapshots, false, now)
+                    .await?
+                    .into_iter()
+                    .collect();
                 // A config already stored returns no row; a new one's id is not needed.
-                <$store>::insert_docs(tx, &configs, true, now).await?;
+                <$store as $crate::store::bulk::BulkInsert>::insert_docs(tx, &configs, true, now).await?;
                 Ok(ids)
             }
 
