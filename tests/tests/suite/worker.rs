@@ -582,6 +582,12 @@ async fn a_backlog_longer_than_a_page_is_queued_at_start(setup: Setup) {
         store.pending_evaluations(i64::MAX, None, 1).await.unwrap().is_empty()
     })
     .await;
+    // The worker counts a batch's commits once the writer has answered,
+    // a moment after the store shows them.
+    gavel_tests::server::eventually("the last batch counted", Duration::from_secs(10), async || {
+        s.metrics.evaluations_committed.get() as usize >= ITEMS
+    })
+    .await;
     assert_eq!(
         s.metrics.evaluations_committed.get() as usize,
         ITEMS,
