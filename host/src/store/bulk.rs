@@ -20,6 +20,14 @@ use super::sqlite::SqliteStore;
 use super::{StoreResult, rows};
 use crate::clock::Millis;
 
+/// A config already stored is left as it is, and returns no row (both
+/// backends' text).
+macro_rules! config_conflict {
+    () => {
+        "ON CONFLICT (digest) WHERE kind = 'config' DO NOTHING"
+    };
+}
+
 /// A backend's inserts of audit rows, decisions and stored documents.
 pub(super) trait BulkInsert: Dialect {
     /// Inserts audit rows, each with its outbox event, in the order given.
@@ -132,14 +140,21 @@ impl BulkInsert for PgStore {
         if docs.is_empty() {
             return Ok(Vec::new());
         }
-        let sql = if !configs {
-            "INSERT INTO snapshots (digest, kind, body, bytes, stored_bytes, used_at) \
-                   SELECT d, k, b, n, s, $6 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[]) \
-                   AS v (d, k, b, n, s) RETURNING digest, id"
+        macro_rules! insert {
+            ($conflict:expr) => {
+                concat!(
+                    "INSERT INTO snapshots (digest, kind, body, bytes, stored_bytes, used_at) \
+                     SELECT d, k, b, n, s, $6 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], \
+                     $5::bigint[]) AS v (d, k, b, n, s) ",
+                    $conflict,
+                    " RETURNING digest, id"
+                )
+            };
+        }
+        let sql = if configs {
+            insert!(config_conflict!())
         } else {
-            "INSERT INTO snapshots (digest, kind, body, bytes, stored_bytes, used_at) \
-                  SELECT d, k, b, n, s, $6 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[], $5::bigint[]) \
-                  AS v (d, k, b, n, s) ON CONFLICT (digest) WHERE kind = 'config' DO NOTHING RETURNING digest, id"
+            insert!("")
         };
         Ok(sqlx::query_as::<_, (String, i64)>(sql)
             .bind(docs.iter().map(|d| d.digest.as_str()).collect::<Vec<_>>())
@@ -260,7 +275,7 @@ impl BulkInsert for SqliteStore {
     ) -> StoreResult<Vec<(String, i64)>> {
         let (key, conflict) = match configs {
             false => ("snapshot_docs", ""),
-            true => ("config_docs", "ON CONFLICT (digest) WHERE kind = 'config' DO NOTHING"),
+            true => ("config_docs", config_conflict!()),
         };
         let mut inserted = Vec::with_capacity(docs.len());
         let mut rest = docs;

@@ -20,7 +20,7 @@ use prometheus_client::metrics::counter::Counter;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
 /// The most writes one transaction takes.
 pub const MAX_BATCH: usize = 256;
@@ -51,20 +51,14 @@ impl<R, O> Clone for GroupCommit<R, O> {
 }
 
 impl<R: Send + Sync + 'static, O: Send + 'static> GroupCommit<R, O> {
-    /// Starts the batching task: at most `writers` batches commit at once.
-    /// It ends when the last handle is dropped.
-    fn start(store: SharedStore, commit: CommitFn<R, O>, writers: usize, batches: Counter, writes: Counter) -> Self {
+    /// Starts the batching task, which commits one batch at a time: what
+    /// queues while a batch commits goes into the next. It ends when the
+    /// last handle is dropped.
+    fn start(store: SharedStore, commit: CommitFn<R, O>, batches: Counter, writes: Counter) -> Self {
         let (queue, mut jobs) = mpsc::channel::<Job<R, O>>(MAX_BATCH * 4);
         let (batches_taken, writes_taken) = (batches.clone(), writes.clone());
         tokio::spawn(async move {
-            let writers = Arc::new(Semaphore::new(writers.max(1)));
-            loop {
-                let permit = writers
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .expect("the semaphore is never closed");
-                let Some(first) = jobs.recv().await else { break };
+            while let Some(first) = jobs.recv().await {
                 let mut batch = vec![first];
                 while batch.len() < MAX_BATCH {
                     match jobs.try_recv() {
@@ -74,11 +68,10 @@ impl<R: Send + Sync + 'static, O: Send + 'static> GroupCommit<R, O> {
                 }
                 batches_taken.inc();
                 writes_taken.inc_by(batch.len() as u64);
+                // A task of its own, so that a panic in a commit fails its
+                // batch's writes (their answers dropped), not the queue.
                 let store = store.clone();
-                tokio::spawn(async move {
-                    run(&*store, commit, batch).await;
-                    drop(permit);
-                });
+                let _ = tokio::spawn(async move { run(&*store, commit, batch).await }).await;
             }
         });
         GroupCommit { queue, batches, writes }
@@ -211,7 +204,6 @@ impl GroupWrites {
     /// A far database still commits up to [`MAX_BATCH`] writes per round of
     /// its network round trips.
     fn start(store: SharedStore, metrics: &Metrics) -> Self {
-        let writers = 1;
         let counters = |kind| {
             let label = KindLabel { kind };
             (
@@ -223,9 +215,9 @@ impl GroupWrites {
         let (event_batches, event_writes) = counters("events");
         let (eval_batches, eval_writes) = counters("evaluations");
         GroupWrites {
-            items: GroupCommit::start(store.clone(), create_items, writers, item_batches, item_writes),
-            events: GroupCommit::start(store.clone(), append_events, writers, event_batches, event_writes),
-            evaluations: GroupCommit::start(store, commit_evaluations, writers, eval_batches, eval_writes),
+            items: GroupCommit::start(store.clone(), create_items, item_batches, item_writes),
+            events: GroupCommit::start(store.clone(), append_events, event_batches, event_writes),
+            evaluations: GroupCommit::start(store, commit_evaluations, eval_batches, eval_writes),
         }
     }
 }
