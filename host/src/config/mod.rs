@@ -545,6 +545,11 @@ impl Config {
                     .map(|(n, w)| (format!("webhooks.{n}"), &w.url, &w.secret, &w.secrets_file)),
             );
         anyhow::ensure!(
+            i64::from(self.ingest.duplicate_hold_at) <= crate::store::HISTORY_CAP,
+            "configuration: ingest.duplicate_hold_at must be at most {} (duplicates are counted up to that many)",
+            crate::store::HISTORY_CAP
+        );
+        anyhow::ensure!(
             self.console.claim_ttl_ms >= 120_000,
             "configuration: console.claim_ttl_ms must be at least 120000 (an open item page renews its claim every minute)"
         );

@@ -66,6 +66,21 @@ pub struct StandingData {
     pub first_seen: Millis,
 }
 
+/// The most items a snapshot's history figure counts (`author-stats`, the
+/// standing's counts, `duplicate-count` in wit/rules.wit): a figure of
+/// `HISTORY_CAP` means this many or more. Each figure is a read of at most
+/// `HISTORY_CAP + 1` entries of one index however long the author's
+/// history (`migrations/*/007x_author_figures_by_status.sql`), so a flood
+/// from one author costs each of its evaluations no more than the first.
+pub const HISTORY_CAP: i64 = 1_000;
+
+/// A figure of the *other* items, out of `count` items read with `LIMIT
+/// HISTORY_CAP + 1` that include the snapshot's own item when `own`: exact
+/// below the cap, the cap at or above it.
+pub fn others(count: i64, own: bool) -> i64 {
+    (count - i64::from(own)).min(HISTORY_CAP)
+}
+
 /// The windows a snapshot counts in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SnapshotWindows {
@@ -306,25 +321,31 @@ macro_rules! impl_evaluations {
                 authors.dedup();
                 let mut by_author = HashMap::new();
                 for chunk in authors.chunks(256) {
-                    // Each author's row and figures are looked up per author
-                    // (`LATERAL`; `LIMIT 1` keeps the key lookup from being
-                    // merged into a join): index scans whatever the
-                    // statistics, as in `Submissions`' duplicate check.
+                    // Each author's row is looked up per author (`LATERAL`;
+                    // `LIMIT 1` keeps the key lookup from being merged into
+                    // a join), and each figure is a count of at most
+                    // `HISTORY_CAP + 1` entries of one index: index scans
+                    // whatever the statistics, as in `Submissions`' duplicate
+                    // check, bounded however long the author's history.
                     let sql = STATEMENTS.get("author_figures", chunk.len(), |n| {
+                        let count = |index_where: &str| {
+                            format!(
+                                "(SELECT COUNT(*) FROM (SELECT 1 FROM items i WHERE i.client = v.client \
+                                 AND i.author = v.author AND {index_where} LIMIT {}) c)",
+                                HISTORY_CAP + 1
+                            )
+                        };
                         format!(
-                            "SELECT v.client, v.author, f.recent, f.rejected, f.held, f.standing_items, \
-                             f.standing_rejected, a.status, a.strikes, a.first_seen \
+                            "SELECT v.client, v.author, {} AS recent, {} AS rejected, {} AS held, \
+                             {} AS standing_items, {} AS standing_rejected, a.status, a.strikes, a.first_seen \
                              FROM (VALUES {}) AS v (client, author, since, standing_since) \
                              LEFT JOIN LATERAL (SELECT a.status, a.strikes, a.first_seen FROM authors a \
-                             WHERE a.client = v.client AND a.author = v.author LIMIT 1) a ON true \
-                             CROSS JOIN LATERAL (SELECT \
-                             COALESCE(SUM(CASE WHEN i.created_at >= v.since THEN 1 ELSE 0 END), 0) AS recent, \
-                             COALESCE(SUM(CASE WHEN i.status = 'rejected' THEN 1 ELSE 0 END), 0) AS rejected, \
-                             COALESCE(SUM(CASE WHEN i.status = 'held_for_review' THEN 1 ELSE 0 END), 0) AS held, \
-                             COALESCE(SUM(CASE WHEN i.created_at >= v.standing_since THEN 1 ELSE 0 END), 0) AS standing_items, \
-                             COALESCE(SUM(CASE WHEN i.created_at >= v.standing_since AND i.status = 'rejected' \
-                             THEN 1 ELSE 0 END), 0) AS standing_rejected \
-                             FROM items i WHERE i.client = v.client AND i.author = v.author) f",
+                             WHERE a.client = v.client AND a.author = v.author LIMIT 1) a ON true",
+                            count("i.created_at >= v.since"),
+                            count("i.status = 'rejected'"),
+                            count("i.status = 'held_for_review'"),
+                            count("i.created_at >= v.standing_since"),
+                            count("i.status = 'rejected' AND i.created_at >= v.standing_since"),
                             values(n, 4)
                         )
                     });
@@ -361,9 +382,9 @@ macro_rules! impl_evaluations {
                     // A count per row, as in `Submissions`' duplicate check.
                     let sql = STATEMENTS.get("snapshot_duplicates", chunk.len(), |n| {
                         format!(
-                            "SELECT v.id, (SELECT COUNT(*) FROM items i WHERE i.client = v.client \
+                            "SELECT v.id, (SELECT COUNT(*) FROM (SELECT 1 FROM items i WHERE i.client = v.client \
                              AND i.author = v.author AND i.fingerprint = v.fingerprint AND i.created_at >= v.since \
-                             AND i.id <> v.id) FROM (VALUES {}) AS v (id, client, author, fingerprint, since)",
+                             AND i.id <> v.id LIMIT {HISTORY_CAP}) c) FROM (VALUES {}) AS v (id, client, author, fingerprint, since)",
                             values(n, 5)
                         )
                     });
@@ -396,17 +417,18 @@ macro_rules! impl_evaluations {
                             .get(&(item.client.clone(), item.author.clone()))
                             .cloned()
                             .unwrap_or_default();
-                        let own = |yes: bool| i64::from(yes);
                         let in_standing = item.created_at >= w.standing_since;
                         SnapshotData {
                             counters: counters.remove(&item.id).unwrap_or_default(),
-                            author_recent_items: f.recent - own(item.created_at >= w.author_since),
-                            author_rejected_items: f.rejected - own(item.status == ItemStatus::Rejected),
-                            author_held_items: f.held - own(item.status == ItemStatus::HeldForReview),
+                            author_recent_items: others(f.recent, item.created_at >= w.author_since),
+                            author_rejected_items: others(f.rejected, item.status == ItemStatus::Rejected),
+                            author_held_items: others(f.held, item.status == ItemStatus::HeldForReview),
                             standing: StandingData {
-                                items: f.standing.items - own(in_standing),
-                                rejected_items: f.standing.rejected_items
-                                    - own(in_standing && item.status == ItemStatus::Rejected),
+                                items: others(f.standing.items, in_standing),
+                                rejected_items: others(
+                                    f.standing.rejected_items,
+                                    in_standing && item.status == ItemStatus::Rejected,
+                                ),
                                 ..f.standing
                             },
                             duplicate_count: duplicates.get(&item.id).copied().unwrap_or(0),

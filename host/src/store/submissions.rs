@@ -138,12 +138,14 @@ macro_rules! impl_submissions {
                     // A count per row (a correlated subquery), not a join:
                     // its plan is an index scan whatever the statistics, so
                     // a plan cached while `items` was small (a join that
-                    // reads the whole table) cannot outlive its growth.
+                    // reads the whole table) cannot outlive its growth. At
+                    // most `HISTORY_CAP` entries (`duplicate_hold_at` is at
+                    // most that): a flood of one text reads no more.
                     let sql = STATEMENTS.get("duplicates", chunk.len(), |n| {
                         format!(
-                            "SELECT v.n, (SELECT COUNT(*) FROM items i WHERE i.client = v.client \
-                             AND i.author = v.author AND i.fingerprint = v.fingerprint AND i.created_at >= v.since) \
-                             FROM (VALUES {}) AS v (n, client, author, fingerprint, since)",
+                            "SELECT v.n, (SELECT COUNT(*) FROM (SELECT 1 FROM items i WHERE i.client = v.client \
+                             AND i.author = v.author AND i.fingerprint = v.fingerprint AND i.created_at >= v.since \
+                             LIMIT {HISTORY_CAP}) c) FROM (VALUES {}) AS v (n, client, author, fingerprint, since)",
                             values(n, 5)
                         )
                     });

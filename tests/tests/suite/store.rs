@@ -878,6 +878,90 @@ async fn duplicate_text_is_counted_inside_the_transaction(setup: Setup) {
     assert_eq!(items.len(), 10);
 }
 
+/// An author's figures in a snapshot are exact below `HISTORY_CAP` and the
+/// cap at or above it, whatever the author's history: `flood` has 1,005
+/// items of one text (each a duplicate of all before it), `steady` has
+/// `HISTORY_CAP`. The submission's duplicate check holds exactly the copies
+/// from the `HISTORY_CAP`-th on when `hold_at` is the cap.
+async fn author_figures_are_exact_below_the_cap_and_capped_above_it(setup: Setup) {
+    let (store, _dir) = open(setup).await;
+    let cap = HISTORY_CAP as usize;
+    let writes = |author: &str, n: usize, same_text: bool| -> Vec<ItemWrite> {
+        (0..n)
+            .map(|i| {
+                let id = format!("{author}-{i:04}");
+                let text = if same_text { "buy now".to_string() } else { id.clone() };
+                let mut w = write(NewItem {
+                    author: author.into(),
+                    fingerprint: gavel::fingerprint::fingerprint(&text),
+                    ..new_item(&id)
+                });
+                w.duplicates.hold_at = cap as u32;
+                w
+            })
+            .collect()
+    };
+    let mut flood = Vec::new();
+    for chunk in writes("flood", cap + 5, true).chunks(256) {
+        flood.extend(store.create_items(chunk).await.unwrap().into_iter().map(created));
+    }
+    for chunk in writes("steady", cap, false).chunks(256) {
+        store.create_items(chunk).await.unwrap();
+    }
+    let held: Vec<usize> = (0..flood.len())
+        .filter(|&i| flood[i].status == ItemStatus::HeldForReview)
+        .collect();
+    assert_eq!(
+        held,
+        (cap - 1..cap + 5).collect::<Vec<_>>(),
+        "the copies from the cap-th on are held"
+    );
+    for item in &flood[..3] {
+        let t = store
+            .transition(&request(
+                &item.id,
+                item.version,
+                item.status,
+                ItemStatus::Rejected,
+                Actor::Moderator,
+            ))
+            .await
+            .unwrap();
+        assert!(matches!(t, Transition::Applied { .. }), "{t:?}");
+    }
+
+    let flooded = snapshot(&store, &flood[10].id).await;
+    assert_eq!(
+        flooded.author_recent_items, HISTORY_CAP,
+        "1,004 others, counted up to the cap"
+    );
+    assert_eq!(flooded.standing.items, HISTORY_CAP);
+    assert_eq!(flooded.duplicate_count, HISTORY_CAP);
+    assert_eq!(flooded.author_rejected_items, 3);
+    assert_eq!(flooded.standing.rejected_items, 3);
+    assert_eq!(flooded.author_held_items, 6);
+    // The snapshot's own item is not among its author's figures.
+    let rejected = snapshot(&store, &flood[0].id).await;
+    assert_eq!(
+        (rejected.author_rejected_items, rejected.standing.rejected_items),
+        (2, 2)
+    );
+    let held = snapshot(&store, &flood[cap].id).await;
+    assert_eq!(held.author_held_items, 5);
+
+    let steady = snapshot(&store, "steady-0000").await;
+    assert_eq!(steady.author_recent_items, HISTORY_CAP - 1, "exact below the cap");
+    assert_eq!(steady.standing.items, HISTORY_CAP - 1);
+    assert_eq!(
+        (
+            steady.duplicate_count,
+            steady.author_rejected_items,
+            steady.author_held_items
+        ),
+        (0, 0, 0)
+    );
+}
+
 /// Events in one batch: each gets its own sequence number and outcome; an
 /// unknown or deleted item fails alone; counters count every event once.
 async fn batched_events_each_count_once(setup: Setup) {
@@ -1645,6 +1729,7 @@ gavel_tests::both!(
     review_queue_pages_without_gaps,
     batched_submissions_keep_each_outcome,
     duplicate_text_is_counted_inside_the_transaction,
+    author_figures_are_exact_below_the_cap_and_capped_above_it,
     batched_events_each_count_once,
     counters_are_derived_from_the_events_stored,
     every_transition_has_its_outbox_event_in_order,

@@ -9,8 +9,8 @@ use crate::domain::{Actor, ItemStatus, ProviderRequestStatus};
 use crate::store::rows;
 use crate::store::shared::NewTransition;
 use crate::store::{
-    CommitOutcome, EvaluationCommit, Item, ProviderAnswerRecord, SnapshotData, SnapshotWindows, StandingData,
-    StoreResult,
+    CommitOutcome, EvaluationCommit, HISTORY_CAP, Item, ProviderAnswerRecord, SnapshotData, SnapshotWindows,
+    StandingData, StoreResult, others,
 };
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
@@ -152,17 +152,32 @@ fn snapshot(conn: &Connection, id: &str, w: SnapshotWindows) -> StoreResult<Opti
     };
     trigger.reverse();
     let (provider_answers, waiting_on) = provider_state(conn, &item)?;
+    // Each figure a bounded count over one index (`HISTORY_CAP`); the
+    // counts by status read the partial indexes that hold only the items
+    // now in that status (`INDEXED BY`: an error, not a scan of the
+    // author's history, if the index were ever gone).
     let figures = conn
         .prepare_cached(
-            "SELECT COALESCE(SUM(CASE WHEN created_at >= ?3 THEN 1 ELSE 0 END), 0), \
-             COALESCE(SUM(CASE WHEN status = 'rejected' THEN 1 ELSE 0 END), 0), \
-             COALESCE(SUM(CASE WHEN status = 'held_for_review' THEN 1 ELSE 0 END), 0), \
-             COALESCE(SUM(CASE WHEN created_at >= ?4 THEN 1 ELSE 0 END), 0), \
-             COALESCE(SUM(CASE WHEN created_at >= ?4 AND status = 'rejected' THEN 1 ELSE 0 END), 0) \
-             FROM items WHERE client = ?1 AND author = ?2",
+            "SELECT \
+             (SELECT COUNT(*) FROM (SELECT 1 FROM items INDEXED BY items_client_author \
+              WHERE client = ?1 AND author = ?2 AND created_at >= ?3 LIMIT ?5)), \
+             (SELECT COUNT(*) FROM (SELECT 1 FROM items INDEXED BY items_author_rejected \
+              WHERE client = ?1 AND author = ?2 AND status = 'rejected' LIMIT ?5)), \
+             (SELECT COUNT(*) FROM (SELECT 1 FROM items INDEXED BY items_author_held \
+              WHERE client = ?1 AND author = ?2 AND status = 'held_for_review' LIMIT ?5)), \
+             (SELECT COUNT(*) FROM (SELECT 1 FROM items INDEXED BY items_client_author \
+              WHERE client = ?1 AND author = ?2 AND created_at >= ?4 LIMIT ?5)), \
+             (SELECT COUNT(*) FROM (SELECT 1 FROM items INDEXED BY items_author_rejected \
+              WHERE client = ?1 AND author = ?2 AND status = 'rejected' AND created_at >= ?4 LIMIT ?5))",
         )?
         .query_row(
-            params![item.client, item.author, w.author_since, w.standing_since],
+            params![
+                item.client,
+                item.author,
+                w.author_since,
+                w.standing_since,
+                HISTORY_CAP + 1
+            ],
             |r| Ok([r.get::<_, i64>(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?]),
         )?;
     let account: Option<(Option<String>, Option<f64>, Option<i64>)> = conn
@@ -173,15 +188,21 @@ fn snapshot(conn: &Connection, id: &str, w: SnapshotWindows) -> StoreResult<Opti
         .optional()?;
     let duplicate_count: i64 = conn
         .prepare_cached(
-            "SELECT COUNT(*) FROM items WHERE client = ?1 AND author = ?2 AND fingerprint = ?3 \
-             AND created_at >= ?4 AND id <> ?5",
+            "SELECT COUNT(*) FROM (SELECT 1 FROM items WHERE client = ?1 AND author = ?2 AND fingerprint = ?3 \
+             AND created_at >= ?4 AND id <> ?5 LIMIT ?6)",
         )?
         .query_row(
-            params![item.client, item.author, item.fingerprint, w.duplicate_since, item.id],
+            params![
+                item.client,
+                item.author,
+                item.fingerprint,
+                w.duplicate_since,
+                item.id,
+                HISTORY_CAP
+            ],
             |r| r.get(0),
         )?;
     // The author's figures, without this item's own contribution.
-    let own = |yes: bool| i64::from(yes);
     let in_standing = item.created_at >= w.standing_since;
     let (state, strikes, first_seen) = account.unwrap_or_default();
     let (state, strikes, first_seen) = (
@@ -191,14 +212,14 @@ fn snapshot(conn: &Connection, id: &str, w: SnapshotWindows) -> StoreResult<Opti
     );
     Ok(Some(SnapshotData {
         counters,
-        author_recent_items: figures[0] - own(item.created_at >= w.author_since),
-        author_rejected_items: figures[1] - own(item.status == ItemStatus::Rejected),
-        author_held_items: figures[2] - own(item.status == ItemStatus::HeldForReview),
+        author_recent_items: others(figures[0], item.created_at >= w.author_since),
+        author_rejected_items: others(figures[1], item.status == ItemStatus::Rejected),
+        author_held_items: others(figures[2], item.status == ItemStatus::HeldForReview),
         standing: StandingData {
             state,
             strikes,
-            items: figures[3] - own(in_standing),
-            rejected_items: figures[4] - own(in_standing && item.status == ItemStatus::Rejected),
+            items: others(figures[3], in_standing),
+            rejected_items: others(figures[4], in_standing && item.status == ItemStatus::Rejected),
             first_seen,
         },
         duplicate_count,
