@@ -631,6 +631,25 @@ mod tests {
     }
 
     #[test]
+    fn a_duplicate_hold_beyond_what_is_counted_is_refused() {
+        let dir = tempfile_dir();
+        let load = |hold_at: i64| {
+            let file = dir.join(format!("hold-{hold_at}.toml"));
+            std::fs::write(&file, format!("[ingest]\nduplicate_hold_at = {hold_at}\n")).unwrap();
+            Config::load(&ServeFlags {
+                config: Some(file),
+                ..ServeFlags::default()
+            })
+        };
+        assert_eq!(load(crate::store::HISTORY_CAP).unwrap().ingest.duplicate_hold_at, 1000);
+        let refused = load(crate::store::HISTORY_CAP + 1).unwrap_err().to_string();
+        assert!(
+            refused.contains("ingest.duplicate_hold_at must be at most 1000"),
+            "{refused}"
+        );
+    }
+
+    #[test]
     fn the_shipped_demo_configuration_loads_with_standing_tables() {
         let demo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/demo.toml");
         let flags = ServeFlags {
