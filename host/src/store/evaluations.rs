@@ -323,29 +323,33 @@ macro_rules! impl_evaluations {
                 for chunk in authors.chunks(256) {
                     // Each author's row is looked up per author (`LATERAL`;
                     // `LIMIT 1` keeps the key lookup from being merged into
-                    // a join), and each figure is a count of at most
-                    // `HISTORY_CAP + 1` entries of one index: index scans
-                    // whatever the statistics, as in `Submissions`' duplicate
-                    // check, bounded however long the author's history.
+                    // a join), and the figures come from three reads of at
+                    // most `HISTORY_CAP + 1` entries of one index each, as
+                    // on SQLite (`store/sqlite/evaluations.rs`, `snapshot`):
+                    // index scans whatever the statistics, as in
+                    // `Submissions`' duplicate check, bounded however long
+                    // the author's history.
                     let sql = STATEMENTS.get("author_figures", chunk.len(), |n| {
-                        let count = |index_where: &str| {
-                            format!(
-                                "(SELECT COUNT(*) FROM (SELECT 1 FROM items i WHERE i.client = v.client \
-                                 AND i.author = v.author AND {index_where} LIMIT {}) c)",
-                                HISTORY_CAP + 1
-                            )
-                        };
+                        let limit = HISTORY_CAP + 1;
                         format!(
-                            "SELECT v.client, v.author, {} AS recent, {} AS rejected, {} AS held, \
-                             {} AS standing_items, {} AS standing_rejected, a.status, a.strikes, a.first_seen \
+                            "SELECT v.client, v.author, w.recent, r.rejected, \
+                             (SELECT COUNT(*) FROM (SELECT 1 FROM items i WHERE i.client = v.client \
+                             AND i.author = v.author AND i.status = 'held_for_review' LIMIT {limit}) c) AS held, \
+                             w.standing AS standing_items, r.standing AS standing_rejected, \
+                             a.status, a.strikes, a.first_seen \
                              FROM (VALUES {}) AS v (client, author, since, standing_since) \
                              LEFT JOIN LATERAL (SELECT a.status, a.strikes, a.first_seen FROM authors a \
-                             WHERE a.client = v.client AND a.author = v.author LIMIT 1) a ON true",
-                            count("i.created_at >= v.since"),
-                            count("i.status = 'rejected'"),
-                            count("i.status = 'held_for_review'"),
-                            count("i.created_at >= v.standing_since"),
-                            count("i.status = 'rejected' AND i.created_at >= v.standing_since"),
+                             WHERE a.client = v.client AND a.author = v.author LIMIT 1) a ON true \
+                             CROSS JOIN LATERAL (SELECT \
+                             COALESCE(SUM(CASE WHEN c.created_at >= v.since THEN 1 ELSE 0 END), 0) AS recent, \
+                             COALESCE(SUM(CASE WHEN c.created_at >= v.standing_since THEN 1 ELSE 0 END), 0) AS standing \
+                             FROM (SELECT i.created_at FROM items i WHERE i.client = v.client AND i.author = v.author \
+                             AND i.created_at >= LEAST(v.since, v.standing_since) \
+                             ORDER BY i.created_at DESC LIMIT {limit}) c) w \
+                             CROSS JOIN LATERAL (SELECT COUNT(*) AS rejected, \
+                             COALESCE(SUM(CASE WHEN c.created_at >= v.standing_since THEN 1 ELSE 0 END), 0) AS standing \
+                             FROM (SELECT i.created_at FROM items i WHERE i.client = v.client AND i.author = v.author \
+                             AND i.status = 'rejected' ORDER BY i.created_at DESC LIMIT {limit}) c) r",
                             values(n, 4)
                         )
                     });

@@ -905,8 +905,9 @@ async fn author_figures_are_exact_below_the_cap_and_capped_above_it(setup: Setup
     for chunk in writes("flood", cap + 5, true).chunks(256) {
         flood.extend(store.create_items(chunk).await.unwrap().into_iter().map(created));
     }
+    let mut steady = Vec::new();
     for chunk in writes("steady", cap, false).chunks(256) {
-        store.create_items(chunk).await.unwrap();
+        steady.extend(store.create_items(chunk).await.unwrap().into_iter().map(created));
     }
     let held: Vec<usize> = (0..flood.len())
         .filter(|&i| flood[i].status == ItemStatus::HeldForReview)
@@ -949,17 +950,46 @@ async fn author_figures_are_exact_below_the_cap_and_capped_above_it(setup: Setup
     let held = snapshot(&store, &flood[cap].id).await;
     assert_eq!(held.author_held_items, 5);
 
-    let steady = snapshot(&store, "steady-0000").await;
-    assert_eq!(steady.author_recent_items, HISTORY_CAP - 1, "exact below the cap");
-    assert_eq!(steady.standing.items, HISTORY_CAP - 1);
+    let whole = snapshot(&store, "steady-0000").await;
+    assert_eq!(whole.author_recent_items, HISTORY_CAP - 1, "exact below the cap");
+    assert_eq!(whole.standing.items, HISTORY_CAP - 1);
     assert_eq!(
         (
-            steady.duplicate_count,
-            steady.author_rejected_items,
-            steady.author_held_items
+            whole.duplicate_count,
+            whole.author_rejected_items,
+            whole.author_held_items
         ),
         (0, 0, 0)
     );
+
+    // Windows of their own: each count is of the other items inside its
+    // window, whichever of the two is wider.
+    let since = |items: &[Item], i: usize| items[i].created_at;
+    for (items, own, author_since, standing_since) in [
+        (&flood, 10, since(&flood, 900), since(&flood, 2)),
+        (&flood, 1003, since(&flood, 2), since(&flood, 900)),
+        (&steady, 999, since(&steady, 600), since(&steady, 300)),
+        (&steady, 0, since(&steady, 300), since(&steady, 600)),
+    ] {
+        let windows = SnapshotWindows {
+            author_since,
+            duplicate_since: 0,
+            standing_since,
+        };
+        let data = store.snapshots(&[&items[own].id], windows).await.unwrap().remove(0);
+        let others = |keep: &dyn Fn(&Item) -> bool| {
+            let n = items.iter().enumerate().filter(|(i, it)| *i != own && keep(it)).count() as i64;
+            n.min(HISTORY_CAP)
+        };
+        let rejected = |i: &Item| i.author == "flood" && i.id.as_str() <= "flood-0002";
+        assert_eq!(data.author_recent_items, others(&|i| i.created_at >= author_since));
+        assert_eq!(data.standing.items, others(&|i| i.created_at >= standing_since));
+        assert_eq!(data.author_rejected_items, others(&rejected));
+        assert_eq!(
+            data.standing.rejected_items,
+            others(&|i| rejected(i) && i.created_at >= standing_since)
+        );
+    }
 }
 
 /// Events in one batch: each gets its own sequence number and outcome; an

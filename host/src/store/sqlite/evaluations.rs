@@ -152,23 +152,26 @@ fn snapshot(conn: &Connection, id: &str, w: SnapshotWindows) -> StoreResult<Opti
     };
     trigger.reverse();
     let (provider_answers, waiting_on) = provider_state(conn, &item)?;
-    // Each figure a bounded count over one index (`HISTORY_CAP`); the
+    // Each figure a bounded count over one index (`HISTORY_CAP`), three
+    // reads in all: the author's newest items since the wider of the two
+    // windows give both windowed counts (each window's items are the newest
+    // of them, so a count below the cap is exact), the newest rejected
+    // items both counts of rejections, and the held items theirs. The
     // counts by status read the partial indexes that hold only the items
     // now in that status (`INDEXED BY`: an error, not a scan of the
-    // author's history, if the index were ever gone).
+    // author's history, if an index were ever gone).
     let figures = conn
         .prepare_cached(
-            "SELECT \
-             (SELECT COUNT(*) FROM (SELECT 1 FROM items INDEXED BY items_client_author \
-              WHERE client = ?1 AND author = ?2 AND created_at >= ?3 LIMIT ?5)), \
-             (SELECT COUNT(*) FROM (SELECT 1 FROM items INDEXED BY items_author_rejected \
-              WHERE client = ?1 AND author = ?2 AND status = 'rejected' LIMIT ?5)), \
+            "SELECT w.recent, r.rejected, \
              (SELECT COUNT(*) FROM (SELECT 1 FROM items INDEXED BY items_author_held \
               WHERE client = ?1 AND author = ?2 AND status = 'held_for_review' LIMIT ?5)), \
-             (SELECT COUNT(*) FROM (SELECT 1 FROM items INDEXED BY items_client_author \
-              WHERE client = ?1 AND author = ?2 AND created_at >= ?4 LIMIT ?5)), \
-             (SELECT COUNT(*) FROM (SELECT 1 FROM items INDEXED BY items_author_rejected \
-              WHERE client = ?1 AND author = ?2 AND status = 'rejected' AND created_at >= ?4 LIMIT ?5))",
+             w.standing, r.standing \
+             FROM (SELECT COALESCE(SUM(created_at >= ?3), 0) AS recent, COALESCE(SUM(created_at >= ?4), 0) AS standing \
+              FROM (SELECT created_at FROM items INDEXED BY items_client_author \
+              WHERE client = ?1 AND author = ?2 AND created_at >= MIN(?3, ?4) ORDER BY created_at DESC LIMIT ?5)) w, \
+             (SELECT COUNT(*) AS rejected, COALESCE(SUM(created_at >= ?4), 0) AS standing \
+              FROM (SELECT created_at FROM items INDEXED BY items_author_rejected \
+              WHERE client = ?1 AND author = ?2 AND status = 'rejected' ORDER BY created_at DESC LIMIT ?5)) r",
         )?
         .query_row(
             params![
