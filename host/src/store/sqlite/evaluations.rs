@@ -191,7 +191,8 @@ fn snapshot(conn: &Connection, id: &str, w: SnapshotWindows) -> StoreResult<Opti
         .optional()?;
     let duplicate_count: i64 = conn
         .prepare_cached(
-            "SELECT COUNT(*) FROM (SELECT 1 FROM items WHERE client = ?1 AND author = ?2 AND fingerprint = ?3 \
+            "SELECT COUNT(*) FROM (SELECT 1 FROM items INDEXED BY items_client_fingerprint \
+             WHERE client = ?1 AND author = ?2 AND fingerprint = ?3 \
              AND created_at >= ?4 AND id <> ?5 LIMIT ?6)",
         )?
         .query_row(

@@ -45,7 +45,8 @@ pub(super) fn create_item(conn: &Connection, w: &ItemWrite) -> StoreResult<Creat
         .query_row(params![it.client, it.author], |r| r.get(0))?;
     let duplicates: i64 = conn
         .prepare_cached(
-            "SELECT COUNT(*) FROM (SELECT 1 FROM items WHERE client = ?1 AND author = ?2 AND fingerprint = ?3 \
+            "SELECT COUNT(*) FROM (SELECT 1 FROM items INDEXED BY items_client_fingerprint \
+             WHERE client = ?1 AND author = ?2 AND fingerprint = ?3 \
              AND created_at >= ?4 LIMIT ?5)",
         )?
         .query_row(
