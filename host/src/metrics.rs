@@ -102,6 +102,21 @@ pub struct TableLabel {
     pub table: &'static str,
 }
 
+/// An HTTP request: its method, its route in axum's path syntax
+/// (`/v1/items/{id}`; `unmatched` when no route matched) and the status
+/// code it was answered with.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    pub method: &'static str,
+    pub route: &'static str,
+    pub status: u16,
+}
+
+fn http_seconds() -> Histogram {
+    // 100 µs .. ~6.6 s.
+    Histogram::new(exponential_buckets(0.0001, 2.0, 17))
+}
+
 fn evaluation_seconds() -> Histogram {
     // 10 µs .. ~5 s.
     Histogram::new(exponential_buckets(0.00001, 3.0, 13))
@@ -139,6 +154,11 @@ macro_rules! metrics {
 }
 
 metrics! {
+    /// Seconds from a request's arrival to its response's head, by method,
+    /// route and status (a streamed body, as an export's, is not counted).
+    http_request_duration_seconds: Family<HttpLabels, Histogram>
+        = Family::<HttpLabels, Histogram>::new_with_constructor(http_seconds as fn() -> Histogram)
+        => "http_request_duration_seconds", "HTTP requests: seconds to the response's head, by method, route and status";
     /// Submissions by outcome: accepted, held_sync, rejected_sync, replayed,
     /// conflict, key_mismatch, key_lost, rate_limited, invalid, unavailable.
     submissions: Family<OutcomeLabel, Counter> => "submissions", "Submissions by outcome";

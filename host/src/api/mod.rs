@@ -418,8 +418,12 @@ pub fn openapi_json(max_text_chars: usize) -> String {
 /// The whole HTTP app.
 pub fn router(state: AppState) -> Router {
     let request_id = HeaderName::from_static("x-request-id");
-    routes()
-        .router
+    let Routes { router, table } = routes();
+    let timing = Arc::new(Timing {
+        metrics: state.metrics.clone(),
+        routes: table.iter().map(|r| r.path).collect(),
+    });
+    router
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
@@ -430,9 +434,56 @@ pub fn router(state: AppState) -> Router {
         })
         .layer(DefaultBodyLimit::max(state.config.ingest.max_body_bytes))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(panic_response))
+        .layer(axum::middleware::from_fn_with_state(timing, timed))
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
         .with_state(state)
+}
+
+/// What [`timed`] needs: the histogram, and every route's path, so that a
+/// request's label is the route's own `&'static str` (no allocation).
+struct Timing {
+    metrics: Arc<Metrics>,
+    routes: std::collections::HashSet<&'static str>,
+}
+
+/// Times each request into `gavel_http_request_duration_seconds` by
+/// method, route (axum's [`MatchedPath`](axum::extract::MatchedPath), set
+/// once the router has matched) and status, including the answers of the
+/// layers inside it (a caught panic's 500, a body over the limit's 413).
+async fn timed(
+    axum::extract::State(timing): axum::extract::State<Arc<Timing>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let started = std::time::Instant::now();
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .and_then(|m| timing.routes.get(m.as_str()).copied())
+        .unwrap_or("unmatched");
+    let method = match *request.method() {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    };
+    let response = next.run(request).await;
+    let labels = crate::metrics::HttpLabels {
+        method,
+        route,
+        status: response.status().as_u16(),
+    };
+    timing
+        .metrics
+        .http_request_duration_seconds
+        .get_or_create(&labels)
+        .observe(started.elapsed().as_secs_f64());
+    response
 }
 
 /// The routes of a `worker` process: health only.

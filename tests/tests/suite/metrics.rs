@@ -64,7 +64,7 @@ async fn metrics_move_with_the_workload(setup: Setup) {
     assert_eq!(get(&before, "gavel_plugin_reloads_total{result=loaded}"), 4.0);
     // The shipped dashboard and alerts only use metrics gavel exports.
     let exported = gavel::metrics::Metrics::new().family_names().to_vec();
-    assert!(exported.len() >= 19);
+    assert!(exported.len() >= 20);
     for file in ["deploy/prometheus-alerts.yml", "deploy/grafana-dashboard.json"] {
         let body = std::fs::read_to_string(gavel_tests::repo_root().join(file)).unwrap();
         for (i, _) in body.match_indices("gavel_") {
@@ -72,7 +72,11 @@ async fn metrics_move_with_the_workload(setup: Setup) {
                 .chars()
                 .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
                 .collect();
-            let family = name.trim_end_matches("_bucket").trim_end_matches("_total");
+            // A histogram's series are its family's name and a suffix.
+            let family = ["_bucket", "_count", "_sum", "_total"]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix).filter(|f| exported.iter().any(|e| e == f)))
+                .unwrap_or(&name);
             assert!(
                 exported.iter().any(|e| e == family),
                 "{file} uses {name}, which /metrics does not export"
@@ -99,6 +103,38 @@ async fn metrics_move_with_the_workload(setup: Setup) {
     assert_eq!(
         get(&scrape(&s).await, "gavel_submissions_total{outcome=rejected_sync}"),
         1.0
+    );
+
+    // Every request is timed by method, route (axum's syntax) and status;
+    // a path no route matches has a label of its own, not its own path.
+    let r = s.http.get(format!("{}/v1/nothing-here", s.url)).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    let r = s.get("/v1/items/no-such-item", &s.client).send().await.unwrap();
+    assert_eq!(r.status(), 404);
+    let m = scrape(&s).await;
+    let timed = |labels: &str| get(&m, &format!("gavel_http_request_duration_seconds_count{{{labels}}}"));
+    assert_eq!(timed("method=POST,route=/v1/items,status=202"), 3.0, "{m:#?}");
+    assert_eq!(timed("method=GET,route=unmatched,status=404"), 1.0, "{m:#?}");
+    // (The parser `scrape` uses drops a series whose label value holds a
+    // brace, so this one is read from the text itself.)
+    let text = s
+        .http
+        .get(format!("{}/metrics", s.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let series = r#"gavel_http_request_duration_seconds_count{method="GET",route="/v1/items/{id}",status="404"} "#;
+    let line = text.lines().find(|l| l.starts_with(series));
+    assert_eq!(line.map(|l| &l[series.len()..]), Some("1"), "{text}");
+    assert!(timed("method=GET,route=/metrics,status=200") >= 2.0, "{m:#?}");
+    assert!(
+        get(
+            &m,
+            "gavel_http_request_duration_seconds_sum{method=POST,route=/v1/items,status=202}"
+        ) > 0.0
     );
 
     // Rule evaluations by plugin version and outcome, and combined verdicts.
