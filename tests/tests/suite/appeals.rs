@@ -572,15 +572,7 @@ async fn appeal_outcomes_reach_the_item_the_author_and_the_plugin(setup: Setup) 
         (Some(1), Some(1))
     );
     assert_eq!(banned[0]["overturn_rate"], json!(0.5));
-    let metrics = s
-        .http
-        .get(format!("{}/metrics", s.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = crate::metrics::metrics_text(&s).await;
     assert!(
         metrics.contains("gavel_appeals_closed_total{policy=\"scams\",plugin=\"banned-terms\""),
         "{metrics}"

@@ -35,6 +35,18 @@ pub(crate) async fn scrape(s: &TestServer) -> BTreeMap<String, f64> {
     out
 }
 
+/// `/metrics` as text, for series [`scrape`]'s parser cannot read.
+pub(crate) async fn metrics_text(s: &TestServer) -> String {
+    s.http
+        .get(format!("{}/metrics", s.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 pub(crate) fn get(m: &BTreeMap<String, f64>, key: &str) -> f64 {
     m.get(key).copied().unwrap_or(0.0)
 }
@@ -117,15 +129,7 @@ async fn metrics_move_with_the_workload(setup: Setup) {
     assert_eq!(timed("method=GET,route=unmatched,status=404"), 1.0, "{m:#?}");
     // (The parser `scrape` uses drops a series whose label value holds a
     // brace, so this one is read from the text itself.)
-    let text = s
-        .http
-        .get(format!("{}/metrics", s.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(&s).await;
     let series = r#"gavel_http_request_duration_seconds_count{method="GET",route="/v1/items/{id}",status="404"} "#;
     let line = text.lines().find(|l| l.starts_with(series));
     assert_eq!(line.map(|l| &l[series.len()..]), Some("1"), "{text}");
