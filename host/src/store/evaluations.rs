@@ -206,7 +206,13 @@ pub(super) fn rounds(items: &[&str]) -> Vec<Vec<usize>> {
     rounds
 }
 
-/// Instantiates [`Evaluations`] for one backend.
+/// Instantiates [`Evaluations`] for PostgreSQL (SQLite's, read and
+/// written on its own threads, is in `sqlite/evaluations.rs`). Every read
+/// of a batch binds its rows as arrays (`= ANY($1)`, `unnest`): one text
+/// per statement whatever the batch's length, so each connection prepares
+/// and plans it once, in a transaction that keeps the planner to index
+/// lookups (`PgStore::begin_batch_snapshot`), and no other code runs these
+/// texts.
 macro_rules! impl_evaluations {
     ($store:ty, $db:ty, $row:ty) => {
         const _: () = {
@@ -215,18 +221,11 @@ macro_rules! impl_evaluations {
             use $crate::clock::Millis;
             use $crate::domain::policy::Cause;
             use $crate::domain::{Actor, ItemStatus, ProviderRequestStatus};
-            use $crate::store::dialect::{Dialect, Statements, placeholders, retry_conflicts, values};
+            use $crate::store::dialect::retry_conflicts;
             use $crate::store::evaluations::rounds;
             use $crate::store::rows;
             use $crate::store::shared::NewTransition;
             use $crate::store::*;
-
-            static STATEMENTS: Statements = Statements::new(<$store as $crate::store::dialect::Dialect>::ANONYMOUS_PARAMETERS);
-
-            /// `sql` with `IN (LIST)` replaced by `n` placeholders from `$1`.
-            fn in_list(name: &'static str, n: usize, sql: &'static str) -> &'static str {
-                STATEMENTS.get(name, n, |n| sql.replace("LIST", &placeholders(1, n)))
-            }
 
             type ByItem<T> = HashMap<String, T>;
             /// One author's figures: items in the author window, rejected,
@@ -240,19 +239,25 @@ macro_rules! impl_evaluations {
             }
             type AuthorFigures = HashMap<(String, String), AuthorFigure>;
 
-            /// A query over `ids` (`IN (LIST)`), its parameters bound.
-            fn over_ids<'q>(sql: &'q str, ids: &'q [&'q str]) -> sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>> {
-                ids.iter().fold(sqlx::query(sql), |q, id| q.bind(*id))
+            /// The items of a batch (`txn::read_items` has a text per
+            /// length, and serves reads outside this transaction).
+            async fn read_items(tx: &mut txn::Tx<'_>, ids: &[&str]) -> StoreResult<Vec<Item>> {
+                static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                    format!("SELECT {} FROM items WHERE id = ANY($1)", $crate::store::shared::ITEM_COLUMNS)
+                });
+                sqlx::query(SQL.as_str())
+                    .bind(ids)
+                    .fetch_all(&mut **tx)
+                    .await?
+                    .iter()
+                    .map(txn::item_from_row)
+                    .collect()
             }
 
             async fn read_counters(tx: &mut txn::Tx<'_>, ids: &[&str]) -> StoreResult<ByItem<Vec<(String, i64)>>> {
                 let mut counters: ByItem<Vec<(String, i64)>> = HashMap::new();
-                let sql = in_list(
-                    "counters",
-                    ids.len(),
-                    "SELECT item_id, name, value FROM counters WHERE item_id IN (LIST) ORDER BY item_id, name",
-                );
-                for r in over_ids(sql, ids).fetch_all(&mut **tx).await? {
+                let sql = "SELECT item_id, name, value FROM counters WHERE item_id = ANY($1) ORDER BY item_id, name";
+                for r in sqlx::query(sql).bind(ids).fetch_all(&mut **tx).await? {
                     counters.entry(r.try_get("item_id")?).or_default().push((r.try_get("name")?, r.try_get("value")?));
                 }
                 Ok(counters)
@@ -260,16 +265,12 @@ macro_rules! impl_evaluations {
 
             /// The events since each item's last evaluation (the newest 64).
             async fn read_triggers(tx: &mut txn::Tx<'_>, ids: &[&str]) -> StoreResult<ByItem<Vec<(String, String, Millis)>>> {
-                let sql = in_list(
-                    "trigger",
-                    ids.len(),
-                    "SELECT item_id, kind, actor, created_at FROM (SELECT e.item_id, e.kind, e.actor, e.created_at, \
+                let sql = "SELECT item_id, kind, actor, created_at FROM (SELECT e.item_id, e.kind, e.actor, e.created_at, \
                      e.seq, ROW_NUMBER() OVER (PARTITION BY e.item_id ORDER BY e.seq DESC) AS r FROM events e \
-                     JOIN items i ON i.id = e.item_id WHERE e.item_id IN (LIST) AND e.seq > i.evaluated_seq) t \
-                     WHERE r <= 64 ORDER BY item_id, seq",
-                );
+                     JOIN items i ON i.id = e.item_id WHERE e.item_id = ANY($1) AND e.seq > i.evaluated_seq) t \
+                     WHERE r <= 64 ORDER BY item_id, seq";
                 let mut trigger: ByItem<Vec<(String, String, Millis)>> = HashMap::new();
-                for r in over_ids(sql, ids).fetch_all(&mut **tx).await? {
+                for r in sqlx::query(sql).bind(ids).fetch_all(&mut **tx).await? {
                     trigger.entry(r.try_get("item_id")?).or_default().push((
                         r.try_get("kind")?,
                         r.try_get("actor")?,
@@ -285,17 +286,13 @@ macro_rules! impl_evaluations {
                 tx: &mut txn::Tx<'_>,
                 ids: &[&str],
             ) -> StoreResult<(ByItem<Vec<ProviderAnswerRecord>>, ByItem<String>)> {
-                let sql = in_list(
-                    "provider_state",
-                    ids.len(),
-                    "SELECT r.item_id, r.provider, r.status, r.answer_verdict, r.answer_score, r.answer_labels, \
+                let sql = "SELECT r.item_id, r.provider, r.status, r.answer_verdict, r.answer_score, r.answer_labels, \
                      r.answer_reason, r.answered_at FROM provider_requests r JOIN items i ON i.id = r.item_id \
-                     AND r.content_version = i.content_version WHERE r.item_id IN (LIST) \
-                     AND r.status IN ('answered', 'pending', 'sent') ORDER BY r.created_at",
-                );
+                     AND r.content_version = i.content_version WHERE r.item_id = ANY($1) \
+                     AND r.status IN ('answered', 'pending', 'sent') ORDER BY r.created_at";
                 let mut answers: ByItem<Vec<ProviderAnswerRecord>> = HashMap::new();
                 let mut waiting: ByItem<String> = HashMap::new();
-                for r in over_ids(sql, ids).fetch_all(&mut **tx).await? {
+                for r in sqlx::query(sql).bind(ids).fetch_all(&mut **tx).await? {
                     let item: String = r.try_get("item_id")?;
                     let status: ProviderRequestStatus = rows::parse(r.try_get::<&str, _>("status")?)?;
                     if status.is_active() {
@@ -319,91 +316,93 @@ macro_rules! impl_evaluations {
                 let mut authors: Vec<(&str, &str)> = items.iter().map(|i| (i.client.as_str(), i.author.as_str())).collect();
                 authors.sort_unstable();
                 authors.dedup();
+                // Each author's row is looked up per author (`LATERAL`;
+                // `LIMIT 1` keeps the key lookup from being merged into a
+                // join), and the figures come from three reads of at most
+                // `HISTORY_CAP + 1` entries of one index each, as on SQLite
+                // (`store/sqlite/evaluations.rs`, `snapshot`): index scans
+                // whatever the statistics, as in `Submissions`' duplicate
+                // check, bounded however long the author's history.
+                static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                    let limit = HISTORY_CAP + 1;
+                    format!(
+                        "SELECT v.client, v.author, w.recent, r.rejected, \
+                         (SELECT COUNT(*) FROM (SELECT 1 FROM items i WHERE i.client = v.client \
+                         AND i.author = v.author AND i.status = 'held_for_review' LIMIT {limit}) c) AS held, \
+                         w.standing AS standing_items, r.standing AS standing_rejected, \
+                         a.status, a.strikes, a.first_seen \
+                         FROM unnest($1::text[], $2::text[]) AS v (client, author) \
+                         LEFT JOIN LATERAL (SELECT a.status, a.strikes, a.first_seen FROM authors a \
+                         WHERE a.client = v.client AND a.author = v.author LIMIT 1) a ON true \
+                         CROSS JOIN LATERAL (SELECT \
+                         COALESCE(SUM(CASE WHEN c.created_at >= $3 THEN 1 ELSE 0 END), 0) AS recent, \
+                         COALESCE(SUM(CASE WHEN c.created_at >= $4 THEN 1 ELSE 0 END), 0) AS standing \
+                         FROM (SELECT i.created_at FROM items i WHERE i.client = v.client AND i.author = v.author \
+                         AND i.created_at >= LEAST($3::bigint, $4::bigint) \
+                         ORDER BY i.created_at DESC LIMIT {limit}) c) w \
+                         CROSS JOIN LATERAL (SELECT COUNT(*) AS rejected, \
+                         COALESCE(SUM(CASE WHEN c.created_at >= $4 THEN 1 ELSE 0 END), 0) AS standing \
+                         FROM (SELECT i.created_at FROM items i WHERE i.client = v.client AND i.author = v.author \
+                         AND i.status = 'rejected' ORDER BY i.created_at DESC LIMIT {limit}) c) r"
+                    )
+                });
                 let mut by_author = HashMap::new();
-                for chunk in authors.chunks(256) {
-                    // Each author's row is looked up per author (`LATERAL`;
-                    // `LIMIT 1` keeps the key lookup from being merged into
-                    // a join), and the figures come from three reads of at
-                    // most `HISTORY_CAP + 1` entries of one index each, as
-                    // on SQLite (`store/sqlite/evaluations.rs`, `snapshot`):
-                    // index scans whatever the statistics, as in
-                    // `Submissions`' duplicate check, bounded however long
-                    // the author's history.
-                    let sql = STATEMENTS.get("author_figures", chunk.len(), |n| {
-                        let limit = HISTORY_CAP + 1;
-                        format!(
-                            "SELECT v.client, v.author, w.recent, r.rejected, \
-                             (SELECT COUNT(*) FROM (SELECT 1 FROM items i WHERE i.client = v.client \
-                             AND i.author = v.author AND i.status = 'held_for_review' LIMIT {limit}) c) AS held, \
-                             w.standing AS standing_items, r.standing AS standing_rejected, \
-                             a.status, a.strikes, a.first_seen \
-                             FROM (VALUES {}) AS v (client, author, since, standing_since) \
-                             LEFT JOIN LATERAL (SELECT a.status, a.strikes, a.first_seen FROM authors a \
-                             WHERE a.client = v.client AND a.author = v.author LIMIT 1) a ON true \
-                             CROSS JOIN LATERAL (SELECT \
-                             COALESCE(SUM(CASE WHEN c.created_at >= v.since THEN 1 ELSE 0 END), 0) AS recent, \
-                             COALESCE(SUM(CASE WHEN c.created_at >= v.standing_since THEN 1 ELSE 0 END), 0) AS standing \
-                             FROM (SELECT i.created_at FROM items i WHERE i.client = v.client AND i.author = v.author \
-                             AND i.created_at >= LEAST(v.since, v.standing_since) \
-                             ORDER BY i.created_at DESC LIMIT {limit}) c) w \
-                             CROSS JOIN LATERAL (SELECT COUNT(*) AS rejected, \
-                             COALESCE(SUM(CASE WHEN c.created_at >= v.standing_since THEN 1 ELSE 0 END), 0) AS standing \
-                             FROM (SELECT i.created_at FROM items i WHERE i.client = v.client AND i.author = v.author \
-                             AND i.status = 'rejected' ORDER BY i.created_at DESC LIMIT {limit}) c) r",
-                            values(n, 4)
-                        )
-                    });
-                    let mut q = sqlx::query(sql);
-                    for (client, author) in chunk {
-                        q = q.bind(*client).bind(*author).bind(w.author_since).bind(w.standing_since);
-                    }
-                    for r in q.fetch_all(&mut **tx).await? {
-                        let standing = StandingData {
-                            state: r.try_get::<Option<String>, _>("status")?.unwrap_or_default(),
-                            strikes: r.try_get::<Option<f64>, _>("strikes")?.unwrap_or(0.0),
-                            items: r.try_get("standing_items")?,
-                            rejected_items: r.try_get("standing_rejected")?,
-                            first_seen: r.try_get::<Option<i64>, _>("first_seen")?.unwrap_or(0),
-                        };
-                        by_author.insert(
-                            (r.try_get("client")?, r.try_get("author")?),
-                            AuthorFigure {
-                                recent: r.try_get("recent")?,
-                                rejected: r.try_get("rejected")?,
-                                held: r.try_get("held")?,
-                                standing,
-                            },
-                        );
-                    }
+                let rows = sqlx::query(SQL.as_str())
+                    .bind(authors.iter().map(|a| a.0).collect::<Vec<_>>())
+                    .bind(authors.iter().map(|a| a.1).collect::<Vec<_>>())
+                    .bind(w.author_since)
+                    .bind(w.standing_since)
+                    .fetch_all(&mut **tx)
+                    .await?;
+                for r in rows {
+                    let standing = StandingData {
+                        state: r.try_get::<Option<String>, _>("status")?.unwrap_or_default(),
+                        strikes: r.try_get::<Option<f64>, _>("strikes")?.unwrap_or(0.0),
+                        items: r.try_get("standing_items")?,
+                        rejected_items: r.try_get("standing_rejected")?,
+                        first_seen: r.try_get::<Option<i64>, _>("first_seen")?.unwrap_or(0),
+                    };
+                    by_author.insert(
+                        (r.try_get("client")?, r.try_get("author")?),
+                        AuthorFigure {
+                            recent: r.try_get("recent")?,
+                            rejected: r.try_get("rejected")?,
+                            held: r.try_get("held")?,
+                            standing,
+                        },
+                    );
                 }
                 Ok(by_author)
             }
 
             /// Per item: other items by its author with the same text since `since`.
             async fn read_duplicates(tx: &mut txn::Tx<'_>, items: &[Item], since: Millis) -> StoreResult<ByItem<i64>> {
-                let mut duplicates = HashMap::new();
-                for chunk in items.chunks(256) {
-                    // A count per row, as in `Submissions`' duplicate check.
-                    let sql = STATEMENTS.get("snapshot_duplicates", chunk.len(), |n| {
-                        format!(
-                            "SELECT v.id, (SELECT COUNT(*) FROM (SELECT 1 FROM items i WHERE i.client = v.client \
-                             AND i.author = v.author AND i.fingerprint = v.fingerprint AND i.created_at >= v.since \
-                             AND i.id <> v.id LIMIT {HISTORY_CAP}) c) FROM (VALUES {}) AS v (id, client, author, fingerprint, since)",
-                            values(n, 5)
-                        )
-                    });
-                    let mut q = sqlx::query_as::<_, (String, i64)>(sql);
-                    for it in chunk {
-                        q = q.bind(&it.id).bind(&it.client).bind(&it.author).bind(&it.fingerprint).bind(since);
-                    }
-                    duplicates.extend(q.fetch_all(&mut **tx).await?);
-                }
+                // A count per row, as in `Submissions`' duplicate check.
+                static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                    format!(
+                        "SELECT v.id, (SELECT COUNT(*) FROM (SELECT 1 FROM items i WHERE i.client = v.client \
+                         AND i.author = v.author AND i.fingerprint = v.fingerprint AND i.created_at >= $5 \
+                         AND i.id <> v.id LIMIT {HISTORY_CAP}) c) \
+                         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS v (id, client, author, fingerprint)"
+                    )
+                });
+                let column = |f: fn(&Item) -> &str| items.iter().map(f).collect::<Vec<_>>();
+                let duplicates: HashMap<String, i64> = sqlx::query_as::<_, (String, i64)>(SQL.as_str())
+                    .bind(column(|i| &i.id))
+                    .bind(column(|i| &i.client))
+                    .bind(column(|i| &i.author))
+                    .bind(column(|i| &i.fingerprint))
+                    .bind(since)
+                    .fetch_all(&mut **tx)
+                    .await?
+                    .into_iter()
+                    .collect();
                 Ok(duplicates)
             }
 
             /// The snapshots of `ids`, read in the caller's (snapshot) transaction.
             async fn read_batch(tx: &mut txn::Tx<'_>, ids: &[&str], w: SnapshotWindows) -> StoreResult<Vec<SnapshotData>> {
-                let items = txn::read_items(&mut **tx, ids).await?;
+                let items = read_items(tx, ids).await?;
                 if items.is_empty() {
                     return Ok(Vec::new());
                 }
@@ -558,7 +557,7 @@ macro_rules! impl_evaluations {
             #[async_trait::async_trait]
             impl Evaluations for $store {
                 async fn snapshots(&self, ids: &[&str], windows: SnapshotWindows) -> StoreResult<Vec<SnapshotData>> {
-                    let mut tx = self.begin_snapshot().await?;
+                    let mut tx = self.begin_batch_snapshot().await?;
                     let mut out = Vec::with_capacity(ids.len());
                     for chunk in ids.chunks(256) {
                         out.extend(read_batch(&mut tx, chunk, windows).await?);
@@ -587,7 +586,7 @@ macro_rules! impl_dead_letters {
     ($store:ty, $db:ty, $row:ty) => {
         const _: () = {
             use $crate::clock::Millis;
-            use $crate::store::dialect::{Dialect, retry_conflicts};
+            use $crate::store::dialect::retry_conflicts;
             use $crate::store::*;
 
             #[async_trait::async_trait]

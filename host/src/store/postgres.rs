@@ -52,6 +52,24 @@ impl PgStore {
         Ok(Tx::new(tx, None))
     }
 
+    /// The read-only transaction a claimed batch's snapshots are read in
+    /// (`store/evaluations.rs`), kept to index lookups as `begin_batch` is:
+    /// its statements bind the batch as arrays, one text whatever the
+    /// batch's length, so each connection makes one generic plan of each
+    /// and keeps it until an ANALYZE of its tables, and one made while a
+    /// table is small would scan it. Planned under these settings, every
+    /// read is an index lookup whatever the statistics.
+    pub(crate) async fn begin_batch_snapshot(&self) -> StoreResult<Tx<'_, Postgres>> {
+        let tx = self
+            .pool
+            .begin_with(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET LOCAL enable_seqscan = off; \
+                 SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off",
+            )
+            .await?;
+        Ok(Tx::new(tx, None))
+    }
+
     /// A log's horizon (see `super::exports`): the newest id visible now,
     /// once every transaction that was writing when it was read has ended.
     /// Ids come from one sequence, so any id at or below it was drawn
@@ -102,6 +120,7 @@ impl Dialect for PgStore {
     const POSITION: &'static str = "strpos";
     const HAS_LABEL: &'static str = "d.labels::jsonb @> jsonb_build_array(CAST({} AS TEXT))";
     const ANONYMOUS_PARAMETERS: bool = false;
+    const ID_ARRAY: bool = true;
 
     fn read_pool(&self) -> &Pool<Postgres> {
         &self.pool
