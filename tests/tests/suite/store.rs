@@ -1139,6 +1139,73 @@ async fn every_transition_has_its_outbox_event_in_order(setup: Setup) {
     assert_eq!(events, transitions, "one event per transition, in transition order");
 }
 
+/// A decision names only an item and a code (`plugin_refs`) row that
+/// exist, and those rows stay (foreign keys, on both stores): written by
+/// hand, a statement with one row naming nothing stores none of its rows,
+/// a decision cannot be moved to an item that does not exist, and the rows
+/// decisions name cannot be deleted.
+async fn decisions_name_only_rows_that_exist_and_keep_them(setup: Setup) {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let url = setup.database_url(dir.path()).await;
+    let store = gavel::store::open_url(&url, 4).await.unwrap();
+    let item = create(&store, "item-named").await;
+    let data = snapshot(&store, &item.id).await;
+    assert_eq!(
+        commit(&store, commit_of(&data, Some(ItemStatus::Visible))).await,
+        CommitOutcome::Transitioned { version: 2 }
+    );
+    let insert = |item: &str, code: &str| {
+        format!(
+            "INSERT INTO decisions (item_id, item_version, plugin, plugin_ref, phase, verdict, score, labels, \
+             reason, mode, applied, duration_us, outcome, created_at) VALUES \
+             ('item-named', 2, 'r', (SELECT MIN(id) FROM plugin_refs), 'async', 'allow', 0, '[]', 'r', 'enforce', \
+             true, 1, 'ok', 0), \
+             ('{item}', 2, 'r', {code}, 'async', 'allow', 0, '[]', 'r', 'enforce', true, 1, 'ok', 0)"
+        )
+    };
+    let statements = [
+        insert("item-missing", "(SELECT MIN(id) FROM plugin_refs)"),
+        insert("item-named", "(SELECT MAX(id) + 1 FROM plugin_refs)"),
+        "DELETE FROM items WHERE id = 'item-named'".to_string(),
+        "DELETE FROM plugin_refs".to_string(),
+        "UPDATE decisions SET item_id = 'item-missing'".to_string(),
+    ];
+    let valid = insert("item-named", "(SELECT MIN(id) FROM plugin_refs)");
+    let count = "SELECT (SELECT COUNT(*) FROM decisions) * 1000 + (SELECT COUNT(*) FROM items) * 100 \
+                 + (SELECT COUNT(*) FROM plugin_refs)";
+    macro_rules! check {
+        ($conn:expr) => {{
+            let before: i64 = sqlx::query_scalar(count).fetch_one(&mut $conn).await.unwrap();
+            let refused: Vec<bool> = {
+                let mut out = Vec::new();
+                for sql in &statements {
+                    out.push(sqlx::query(sql).execute(&mut $conn).await.is_err());
+                }
+                out
+            };
+            let unchanged: i64 = sqlx::query_scalar(count).fetch_one(&mut $conn).await.unwrap();
+            sqlx::query(&valid).execute(&mut $conn).await.unwrap();
+            let after: i64 = sqlx::query_scalar(count).fetch_one(&mut $conn).await.unwrap();
+            (before, refused, unchanged, after)
+        }};
+    }
+    let (before, refused, unchanged, after) = if url.starts_with("postgres") {
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        check!(conn)
+    } else {
+        let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        sqlx::query("PRAGMA foreign_keys = ON")
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        check!(conn)
+    };
+    assert_eq!(refused, vec![true; statements.len()], "{statements:#?}");
+    assert_eq!(unchanged, before, "a refused statement stores none of its rows");
+    assert_eq!(after, before + 2000, "two decisions naming rows that exist are stored");
+}
+
 /// Group commit: a batch of evaluation commits keeps every fence; a stale
 /// one in the middle writes nothing and the others apply.
 async fn batched_evaluation_commits_are_each_fenced(setup: Setup) {
@@ -1763,6 +1830,7 @@ gavel_tests::both!(
     batched_events_each_count_once,
     counters_are_derived_from_the_events_stored,
     every_transition_has_its_outbox_event_in_order,
+    decisions_name_only_rows_that_exist_and_keep_them,
     batched_evaluation_commits_are_each_fenced,
     a_failing_write_fails_alone_in_a_group_commit,
     retention_deletes_only_what_is_past_its_time,
