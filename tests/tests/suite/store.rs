@@ -1139,7 +1139,7 @@ async fn every_transition_has_its_outbox_event_in_order(setup: Setup) {
     assert_eq!(events, transitions, "one event per transition, in transition order");
 }
 
-/// A decision names only an item and a code (`plugin_refs`) row that
+/// Q13: a decision names only an item and a code (`plugin_refs`) row that
 /// exist, and those rows stay (foreign keys, on both stores): written by
 /// hand, a statement with one row naming nothing stores none of its rows,
 /// a decision cannot be moved to an item that does not exist, and the rows
