@@ -120,11 +120,9 @@ macro_rules! impl_submissions {
             use $crate::clock::Millis;
             use $crate::domain::policy::{Cause, SubmissionInputs, submission};
             use $crate::domain::{Actor, ItemStatus};
-            use $crate::store::dialect::{Statements, retry_conflicts, values};
+            use $crate::store::dialect::retry_conflicts;
             use $crate::store::shared::NewTransition;
             use $crate::store::*;
-
-            static STATEMENTS: Statements = Statements::new(<$store as $crate::store::dialect::Dialect>::ANONYMOUS_PARAMETERS);
 
             /// Earlier items by the same author with the same text in the
             /// window, per write (`writes` indexes into `batch`).
@@ -133,36 +131,42 @@ macro_rules! impl_submissions {
                 batch: &[ItemWrite],
                 writes: &[usize],
             ) -> StoreResult<HashMap<usize, i64>> {
-                let mut counts = HashMap::new();
-                for chunk in writes.chunks(256) {
-                    // A count per row (a correlated subquery), not a join:
-                    // its plan is an index scan whatever the statistics, so
-                    // a plan cached while `items` was small (a join that
-                    // reads the whole table) cannot outlive its growth. At
-                    // most `HISTORY_CAP` entries (`duplicate_hold_at` is at
-                    // most that): a flood of one text reads no more.
-                    let sql = STATEMENTS.get("duplicates", chunk.len(), |n| {
-                        format!(
-                            "SELECT v.n, (SELECT COUNT(*) FROM (SELECT 1 FROM items i WHERE i.client = v.client \
-                             AND i.author = v.author AND i.fingerprint = v.fingerprint AND i.created_at >= v.since \
-                             LIMIT {HISTORY_CAP}) c) FROM (VALUES {}) AS v (n, client, author, fingerprint, since)",
-                            values(n, 5)
-                        )
-                    });
-                    let mut q = sqlx::query_as::<_, (i64, i64)>(sql);
-                    for &w in chunk {
-                        let it = &batch[w].item;
-                        q = q
-                            .bind(w as i64)
-                            .bind(&it.client)
-                            .bind(&it.author)
-                            .bind(&it.fingerprint)
-                            .bind(it.now - batch[w].duplicates.window_ms);
-                    }
-                    for (n, count) in q.fetch_all(&mut **tx).await? {
-                        counts.insert(n as usize, count);
-                    }
+                if writes.is_empty() {
+                    return Ok(HashMap::new());
                 }
+                // A count per row (a correlated subquery), not a join: its
+                // plan is an index scan whatever the statistics, so a plan
+                // cached while `items` was small (a join that reads the
+                // whole table) cannot outlive its growth. At most
+                // `HISTORY_CAP` entries (`duplicate_hold_at` is at most
+                // that): a flood of one text reads no more. The rows bound
+                // as arrays: one text whatever the batch's length.
+                static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                    format!(
+                        "SELECT v.n, (SELECT COUNT(*) FROM (SELECT 1 FROM items i WHERE i.client = v.client \
+                         AND i.author = v.author AND i.fingerprint = v.fingerprint AND i.created_at >= v.since \
+                         LIMIT {HISTORY_CAP}) c) \
+                         FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[]) \
+                         AS v (n, client, author, fingerprint, since)"
+                    )
+                });
+                let item = |w: &usize| &batch[*w].item;
+                let counts = sqlx::query_as::<_, (i64, i64)>(SQL.as_str())
+                    .bind(writes.iter().map(|&w| w as i64).collect::<Vec<_>>())
+                    .bind(writes.iter().map(|w| item(w).client.as_str()).collect::<Vec<_>>())
+                    .bind(writes.iter().map(|w| item(w).author.as_str()).collect::<Vec<_>>())
+                    .bind(writes.iter().map(|w| item(w).fingerprint.as_str()).collect::<Vec<_>>())
+                    .bind(
+                        writes
+                            .iter()
+                            .map(|&w| batch[w].item.now - batch[w].duplicates.window_ms)
+                            .collect::<Vec<_>>(),
+                    )
+                    .fetch_all(&mut **tx)
+                    .await?
+                    .into_iter()
+                    .map(|(n, count)| (n as usize, count))
+                    .collect();
                 Ok(counts)
             }
 
@@ -200,23 +204,20 @@ macro_rules! impl_submissions {
                 tx: &mut txn::Tx<'_>,
                 pairs: &[(&str, &str)],
             ) -> StoreResult<HashMap<(String, String), String>> {
-                let mut found = HashMap::new();
-                for chunk in pairs.chunks(256) {
-                    let sql = STATEMENTS.get("external_ids", chunk.len(), |n| {
-                        format!(
-                            "WITH v (client, external_id) AS (VALUES {}) SELECT i.client, i.external_id, i.id \
-                             FROM items i JOIN v ON i.client = v.client AND i.external_id = v.external_id",
-                            values(n, 2)
-                        )
-                    });
-                    let mut q = sqlx::query_as::<_, (String, String, String)>(sql);
-                    for (client, ext) in chunk {
-                        q = q.bind(*client).bind(*ext);
-                    }
-                    for (client, ext, id) in q.fetch_all(&mut **tx).await? {
-                        found.insert((client, ext), id);
-                    }
+                if pairs.is_empty() {
+                    return Ok(HashMap::new());
                 }
+                let found = sqlx::query_as::<_, (String, String, String)>(
+                    "SELECT i.client, i.external_id, i.id FROM unnest($1::text[], $2::text[]) AS v (client, external_id) \
+                     JOIN items i ON i.client = v.client AND i.external_id = v.external_id",
+                )
+                .bind(pairs.iter().map(|(client, _)| *client).collect::<Vec<_>>())
+                .bind(pairs.iter().map(|(_, ext)| *ext).collect::<Vec<_>>())
+                .fetch_all(&mut **tx)
+                .await?
+                .into_iter()
+                .map(|(client, ext, id)| ((client, ext), id))
+                .collect();
                 Ok(found)
             }
 
