@@ -586,7 +586,7 @@ macro_rules! impl_dead_letters {
     ($store:ty, $db:ty, $row:ty) => {
         const _: () = {
             use $crate::clock::Millis;
-            use $crate::store::dialect::retry_conflicts;
+            use $crate::store::dialect::{Dialect, retry_conflicts};
             use $crate::store::*;
 
             #[async_trait::async_trait]

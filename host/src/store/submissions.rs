@@ -150,18 +150,13 @@ macro_rules! impl_submissions {
                          AS v (n, client, author, fingerprint, since)"
                     )
                 });
-                let item = |w: &usize| &batch[*w].item;
+                let column = |f: fn(&NewItem) -> &str| writes.iter().map(|&w| f(&batch[w].item)).collect::<Vec<_>>();
                 let counts = sqlx::query_as::<_, (i64, i64)>(SQL.as_str())
                     .bind(writes.iter().map(|&w| w as i64).collect::<Vec<_>>())
-                    .bind(writes.iter().map(|w| item(w).client.as_str()).collect::<Vec<_>>())
-                    .bind(writes.iter().map(|w| item(w).author.as_str()).collect::<Vec<_>>())
-                    .bind(writes.iter().map(|w| item(w).fingerprint.as_str()).collect::<Vec<_>>())
-                    .bind(
-                        writes
-                            .iter()
-                            .map(|&w| batch[w].item.now - batch[w].duplicates.window_ms)
-                            .collect::<Vec<_>>(),
-                    )
+                    .bind(column(|i| &i.client))
+                    .bind(column(|i| &i.author))
+                    .bind(column(|i| &i.fingerprint))
+                    .bind(writes.iter().map(|&w| batch[w].item.now - batch[w].duplicates.window_ms).collect::<Vec<_>>())
                     .fetch_all(&mut **tx)
                     .await?
                     .into_iter()
