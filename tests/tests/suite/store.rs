@@ -1073,6 +1073,18 @@ async fn counters_are_derived_from_the_events_stored(setup: Setup) {
     );
 }
 
+/// A plain connection to a SQLite store that enforces foreign keys (a new
+/// connection does not by default), for the statements the tests write by hand.
+async fn sqlite_with_foreign_keys(url: &str) -> sqlx::SqliteConnection {
+    use sqlx::Connection;
+    let mut conn = sqlx::SqliteConnection::connect(url).await.unwrap();
+    sqlx::query("PRAGMA foreign_keys = ON")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn
+}
+
 /// Q11: every transition has its outbox event, in the transaction that
 /// inserts it (on PostgreSQL by a trigger in the inserting statement; on
 /// SQLite by the store right after the insert, on the writer's path and on
@@ -1114,11 +1126,7 @@ async fn every_transition_has_its_outbox_event_in_order(setup: Setup) {
             sqlx::query_scalar(events).fetch_all(&mut conn).await.unwrap(),
         )
     } else {
-        let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
-        sqlx::query("PRAGMA foreign_keys = ON")
-            .execute(&mut conn)
-            .await
-            .unwrap();
+        let mut conn = sqlite_with_foreign_keys(&url).await;
         (
             sqlx::query(bad).execute(&mut conn).await.is_err(),
             sqlx::query_scalar(transitions).fetch_all(&mut conn).await.unwrap(),
@@ -1194,11 +1202,7 @@ async fn decisions_name_only_rows_that_exist_and_keep_them(setup: Setup) {
         let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
         check!(conn)
     } else {
-        let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
-        sqlx::query("PRAGMA foreign_keys = ON")
-            .execute(&mut conn)
-            .await
-            .unwrap();
+        let mut conn = sqlite_with_foreign_keys(&url).await;
         check!(conn)
     };
     assert_eq!(refused, vec![true; statements.len()], "{statements:#?}");
