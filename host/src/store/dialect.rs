@@ -79,10 +79,6 @@ pub(super) trait Dialect: Send + Sync + 'static {
     /// up in a list (binding one costs O(parameters)), so binding a
     /// multi-row statement of thousands of `$N` would be quadratic.
     const ANONYMOUS_PARAMETERS: bool;
-    /// Whether a list of ids goes out as one array parameter (`= ANY($1)`,
-    /// PostgreSQL) instead of one parameter each (`IN ($1, …)`, SQLite,
-    /// which has no array type): see [`id_list`].
-    const ID_ARRAY: bool;
 
     fn read_pool(&self) -> &Pool<Self::DB>;
 
@@ -153,37 +149,6 @@ pub(super) fn values(rows: usize, columns: usize) -> String {
         sql.push(')');
     }
     sql
-}
-
-/// `sql` with its `IN (LIST)` made a condition on `n` ids bound from `$1`
-/// by [`BindIds`]. Where the backend takes arrays ([`Dialect::ID_ARRAY`])
-/// it is `= ANY($1)`: one text whatever `n`, so one prepared statement and
-/// one plan per connection, where a list of placeholders would be a text,
-/// a prepared statement and a plan per list length, each made again once
-/// the connection's statement cache has let it go.
-pub(super) fn id_list(array: bool, n: usize, sql: &'static str) -> std::borrow::Cow<'static, str> {
-    if array {
-        sql.replace("IN (LIST)", "= ANY($1)").into()
-    } else {
-        sql.replace("LIST", &placeholders(1, n)).into()
-    }
-}
-
-/// Binds the ids of a statement from [`id_list`], as the backend takes them.
-pub(super) trait BindIds<'q> {
-    fn bind_ids(self, ids: &'q [&'q str]) -> Self;
-}
-
-impl<'q> BindIds<'q> for sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-    fn bind_ids(self, ids: &'q [&'q str]) -> Self {
-        self.bind(ids)
-    }
-}
-
-impl<'q> BindIds<'q> for sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>> {
-    fn bind_ids(self, ids: &'q [&'q str]) -> Self {
-        ids.iter().fold(self, |q, id| q.bind(*id))
-    }
 }
 
 /// `$from, $from+1, ... ` for `n` placeholders (an `IN (...)` list).

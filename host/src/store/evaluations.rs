@@ -500,7 +500,7 @@ macro_rules! impl_evaluations {
             async fn commit_in(tx: &mut txn::Tx<'_>, batch: &[EvaluationCommit]) -> StoreResult<Vec<CommitOutcome>> {
                 let mut outcomes = vec![CommitOutcome::Stale; batch.len()];
                 let ids: Vec<&str> = batch.iter().map(|c| c.item_id.as_str()).collect();
-                txn::lock_items(tx, &ids).await?;
+                <$store>::lock_items(tx, &ids).await?;
                 for round in rounds(&ids) {
                     let (moves, records): (Vec<usize>, Vec<usize>) =
                         round.into_iter().partition(|&i| batch[i].to.is_some());

@@ -143,10 +143,10 @@ macro_rules! impl_events {
                         }
                     }
                 }
-                // One lock order for every transaction (see `txn::lock_items`).
+                // One lock order for every transaction (see `PgStore::lock_items`).
                 per_item.sort_unstable_by(|a, b| a.0.cmp(b.0));
                 let ids: Vec<&str> = per_item.iter().map(|(id, ..)| *id).collect();
-                txn::lock_items(tx, &ids).await?;
+                <$store>::lock_items(tx, &ids).await?;
                 let bumped = bump_items(tx, &per_item).await?;
                 let missing: Vec<&str> = per_item
                     .iter()

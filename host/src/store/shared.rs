@@ -62,7 +62,7 @@ macro_rules! impl_shared {
             use sqlx::Row as _;
             use $crate::clock::Millis;
             use $crate::domain::ItemStatus;
-            use $crate::store::dialect::{BindIds as _, Statements, chunk_sizes, values};
+            use $crate::store::dialect::{Statements, chunk_sizes, values};
             use $crate::store::rows;
             use $crate::store::shared::{DECISION_COLUMNS, DECISIONS_FROM, DecisionRow, ITEM_COLUMNS, NewTransition, TRANSITION_COLUMNS};
             use $crate::store::*;
@@ -359,29 +359,6 @@ macro_rules! impl_shared {
                     }
                     None => {}
                 }
-                Ok(())
-            }
-
-            /// Takes the row locks of these items, in id order, before a
-            /// write that touches several of them over more than one
-            /// statement. Concurrent multi-item writes (evaluation commits,
-            /// event batches) then queue on the first item they share
-            /// instead of deadlocking: PostgreSQL only detects a deadlock
-            /// after `deadlock_timeout` (a second) and aborts one side.
-            /// One statement over the ids bound as one array, so the whole
-            /// set is locked in one order however many there are. SQLite has
-            /// one writer: nothing to do.
-            pub(crate) async fn lock_items(tx: &mut Tx<'_>, ids: &[&str]) -> StoreResult<()> {
-                let for_update = <$store as $crate::store::dialect::Dialect>::FOR_UPDATE;
-                if for_update.is_empty() || ids.is_empty() {
-                    return Ok(());
-                }
-                let sql = $crate::store::dialect::id_list(
-                    <$store as $crate::store::dialect::Dialect>::ID_ARRAY,
-                    ids.len(),
-                    "SELECT id FROM items WHERE id IN (LIST) ORDER BY id FOR UPDATE",
-                );
-                sqlx::query(&sql).bind_ids(ids).fetch_all(&mut **tx).await?;
                 Ok(())
             }
 

@@ -411,7 +411,6 @@ impl Dialect for SqliteStore {
     const POSITION: &'static str = "instr";
     const HAS_LABEL: &'static str = "EXISTS (SELECT 1 FROM json_each(d.labels) WHERE json_each.value = {})";
     const ANONYMOUS_PARAMETERS: bool = true;
-    const ID_ARRAY: bool = false;
 
     fn read_pool(&self) -> &Pool<Sqlite> {
         &self.read
