@@ -298,6 +298,22 @@ impl Redis {
         cpu_seconds((*self.pid.lock().unwrap())?)
     }
 
+    /// How many times the server ran `command` (lowercase, as `INFO
+    /// commandstats` names it: `evalsha`, `zcount`), failed calls included.
+    pub fn calls(&self, command: &str) -> u64 {
+        let cli = which("redis-cli").expect("redis-cli is not on PATH; it comes with redis-server");
+        let out = Command::new(cli)
+            .args(["-p", &self.port.to_string(), "info", "commandstats"])
+            .output()
+            .unwrap();
+        let stats = String::from_utf8_lossy(&out.stdout);
+        let prefix = format!("cmdstat_{command}:calls=");
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map_or(0, |rest| rest.split(',').next().unwrap_or("0").parse().unwrap())
+    }
+
     /// SIGKILLs the server: everything it held is gone.
     pub fn kill(&self) {
         if let Some(pid) = self.pid.lock().unwrap().take() {

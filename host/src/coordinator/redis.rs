@@ -224,6 +224,56 @@ impl RedisCoordinator {
             })
             .collect())
     }
+
+    /// How many items each partition holds that are due at `now` (leased
+    /// ones included: a claim skips those). Only a hint of where to claim:
+    /// the claim script decides.
+    async fn due_counts(&self, now: Millis) -> Result<Vec<u64>, CoordinatorError> {
+        let counts: Vec<(u64,)> = self
+            .each_partition(|pipe, p| {
+                pipe.zcount(&p.queue, "-inf", now);
+            })
+            .await?;
+        Ok(counts.into_iter().map(|(n,)| n).collect())
+    }
+
+    /// The replies of `commands(pipe, partition)`, per partition, in
+    /// partition order: one pipeline for all of them on one server (one
+    /// round trip, one message each way); on a Cluster one pipeline per
+    /// partition, since a cluster pipeline must stay within one slot.
+    /// Plain reads only: nothing here is atomic across partitions.
+    async fn each_partition<T: redis::FromRedisValue>(
+        &self,
+        commands: impl Fn(&mut Pipeline, &Partition),
+    ) -> Result<Vec<T>, CoordinatorError> {
+        match &self.conn {
+            Conn::Single(conn) => {
+                let mut pipe = redis::pipe();
+                let mut per = 0;
+                for p in &self.partitions {
+                    let before = pipe.len();
+                    commands(&mut pipe, p);
+                    per = pipe.len() - before;
+                }
+                let replies: Vec<Value> = pipe.query_async(&mut conn.clone()).await.map_err(unavailable)?;
+                replies
+                    .chunks(per.max(1))
+                    .map(|one| {
+                        redis::from_redis_value(Value::Array(one.to_vec()))
+                            .map_err(|e| CoordinatorError(format!("unexpected reply: {e}")))
+                    })
+                    .collect()
+            }
+            Conn::Cluster(conn) => {
+                let per_partition = self.partitions.iter().map(|p| async {
+                    let mut pipe = redis::pipe();
+                    commands(&mut pipe, p);
+                    pipe.query_async::<T>(&mut conn.clone()).await.map_err(unavailable)
+                });
+                futures::future::try_join_all(per_partition).await
+            }
+        }
+    }
 }
 
 /// How a claim of `wanted` items is spread over up to `waiting` partitions:
@@ -289,9 +339,17 @@ impl Coordinator for RedisCoordinator {
         // over as many partitions (never more in total, so a claim never
         // takes more than `limit`); a partition that gave less than its
         // share is empty for now, one that gave all of it is asked again.
+        // Only partitions holding something due are asked: a claim is a
+        // script call, an idle partition's answer costs Redis and this
+        // process as much as a busy one's, and most of the partitions are
+        // idle whenever the queue is short.
         let total = self.partitions.len();
+        let due = self.due_counts(now).await?;
         let start = self.cursor.fetch_add(limit.min(total), Ordering::Relaxed) % total;
-        let mut waiting: std::collections::VecDeque<usize> = (0..total).map(|i| (start + i) % total).collect();
+        let mut waiting: std::collections::VecDeque<usize> = (0..total)
+            .map(|i| (start + i) % total)
+            .filter(|&p| due[p] > 0)
+            .collect();
         let mut leases = Vec::with_capacity(limit);
         let mut failure = None;
         while leases.len() < limit && !waiting.is_empty() {
@@ -376,18 +434,14 @@ impl Coordinator for RedisCoordinator {
     }
 
     async fn stats(&self, now: Millis) -> Result<QueueStats, CoordinatorError> {
-        let per_partition = self.partitions.iter().map(|p| async move {
-            let mut conn = self.conn.clone();
-            redis::pipe()
-                .zcard(&p.queue)
-                .zrangebyscore_limit_withscores(&p.queue, "-inf", now, 0, 1)
-                .query_async::<(u64, Vec<(String, f64)>)>(&mut conn)
-                .await
-                .map_err(unavailable)
-        });
+        let per_partition: Vec<(u64, Vec<(String, f64)>)> = self
+            .each_partition(|pipe, p| {
+                pipe.zcard(&p.queue)
+                    .zrangebyscore_limit_withscores(&p.queue, "-inf", now, 0, 1);
+            })
+            .await?;
         let mut stats = QueueStats::default();
-        for result in futures::future::join_all(per_partition).await {
-            let (depth, oldest) = result?;
+        for (depth, oldest) in per_partition {
             stats.depth += depth;
             if let Some((_, score)) = oldest.first() {
                 let due = *score as Millis;

@@ -247,6 +247,41 @@ async fn partitions_spread_over_every_master(setup: Setup) {
     assert_eq!(c.stats(t).await.unwrap().depth, 0);
 }
 
+/// A claim runs its script only on the partitions holding something due:
+/// an idle worker's polls run none, and a claim over one due item runs one,
+/// however many partitions the queue has (64, the default, here). Counted
+/// by the server itself, on a redis-server of this test's own.
+#[tokio::test]
+async fn a_claim_asks_only_the_partitions_with_something_due() {
+    let redis = gavel_tests::servers::Redis::start();
+    let c = gavel::coordinator::open(Some(&redis.url()), "due", 64).await.unwrap();
+    let t = 6_000_000;
+    // Load both scripts once, so a first call's NOSCRIPT is not counted.
+    c.schedule("warm-up", t, Schedule::At(t)).await.unwrap();
+    assert_eq!(claim_items(&*c, t, 256).await, ["warm-up"]);
+    let scripts = redis.calls("evalsha");
+    for _ in 0..20 {
+        assert!(claim_items(&*c, t, 256).await.is_empty());
+    }
+    assert_eq!(redis.calls("evalsha"), scripts, "claims on an empty queue ran scripts");
+    // Due later: counted as not due yet, so still no script.
+    c.schedule("later", t, Schedule::At(t + 1_000)).await.unwrap();
+    let scripts = redis.calls("evalsha");
+    assert!(claim_items(&*c, t, 256).await.is_empty());
+    assert_eq!(
+        redis.calls("evalsha"),
+        scripts,
+        "a claim ran a script where nothing was due"
+    );
+    // The queue's figures come from the same per-partition reads.
+    let stats = c.stats(t).await.unwrap();
+    assert_eq!((stats.depth, stats.oldest_due), (1, None));
+    let stats = c.stats(t + 1_000).await.unwrap();
+    assert_eq!((stats.depth, stats.oldest_due), (1, Some(t + 1_000)));
+    assert_eq!(claim_items(&*c, t + 1_000, 256).await, ["later"]);
+    assert_eq!(redis.calls("evalsha"), scripts + 1, "one due item, one script");
+}
+
 /// Runs each conformance test on a fresh coordinator of every setup.
 macro_rules! coordinator_suite {
     ($($test:ident),* $(,)?) => {
