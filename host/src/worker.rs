@@ -290,8 +290,8 @@ impl Worker {
                     // Fewer than asked: the queues hold nothing more that is
                     // due, so the next claim waits a poll interval, as an
                     // idle worker's does, and takes what came due meanwhile
-                    // in one claim (on Redis a claim is a script call per
-                    // partition, however few items it finds).
+                    // in one claim (on Redis each claim reads every
+                    // partition's due count, however few items it finds).
                     let drained = leases.len() < free;
                     let w = self.clone();
                     inflight.spawn(async move {
