@@ -3,6 +3,11 @@
 //! it with `cargo xtask bench` (which builds everything in release mode and
 //! runs the criterion benchmarks first).
 
+// The allocator gavel's binary uses (host/src/main.rs), so B3's bare
+// baseline, served by this binary, is compared on the same one.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 mod backlog;
 mod baseline;
 mod console;
