@@ -299,7 +299,7 @@ impl Redis {
     }
 
     /// How many times the server ran `command` (lowercase, as `INFO
-    /// commandstats` names it: `evalsha`, `zcount`), failed calls included.
+    /// commandstats` names it: `evalsha`, `zcount`).
     pub fn calls(&self, command: &str) -> u64 {
         let cli = which("redis-cli").expect("redis-cli is not on PATH; it comes with redis-server");
         let out = Command::new(cli)
