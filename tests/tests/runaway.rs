@@ -28,6 +28,19 @@ fn infinite_loop_times_out_within_deadline_while_healthy_traffic_flows() {
     // on a shared 2-core machine is not what this test measures.
     let healthy_deadline = Duration::from_secs(1);
     let threads_before = thread_count();
+    // Alone, each call finds the epoch ticker parked (nothing was armed
+    // for a while): the call must wake it, and is still stopped at its
+    // deadline.
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(30));
+        let started = Instant::now();
+        match engine.evaluate(&looping, &snapshot("x", &[("mode", "loop")])) {
+            Ok(e) => assert_eq!(e.outcome, Outcome::Timeout, "{:?}", e.error),
+            Err(e) => assert!(matches!(e, HostError::Overloaded(_)), "{e:?}"),
+        }
+        let took = started.elapsed();
+        assert!(took < wall_cap + Duration::from_millis(50), "took {took:?} of wall time after the ticker parked");
+    }
     std::thread::scope(|s| {
         let healthy_runs = s.spawn(|| {
             let mut ok = 0;

@@ -21,6 +21,7 @@ mod pool;
 mod registry;
 mod sandbox;
 mod snapshot;
+mod ticker;
 mod watcher;
 
 pub use bindings::{AuthorStats, Event, Item, SignalError, Snapshot, Standing};
@@ -51,9 +52,8 @@ pub struct CallInputs<'a> {
     pub signals: Option<&'a Arc<SignalValues>>,
 }
 use sandbox::Sandbox;
+use ticker::EpochTicker;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use wasmtime::component::Linker;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
@@ -150,7 +150,8 @@ impl RuleEngine {
         bindings::Rule::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)
             .map_err(|e| anyhow::anyhow!("linking the host interface: {e:#}"))?;
 
-        let ticker = EpochTicker::start(engine.clone(), limits.epoch_tick);
+        let ticking = engine.clone();
+        let ticker = EpochTicker::start(move || ticking.increment_epoch(), limits.epoch_tick);
         Ok(RuleEngine {
             engine,
             compiler,
@@ -250,6 +251,9 @@ impl RuleEngine {
     /// and signal calls are answered from.
     fn arm(&self, store: &mut Store<Sandbox>, deadline: Duration, inputs: CallInputs<'_>) {
         let wall_cap = deadline.saturating_mul(self.limits.wall_cap_factor.max(1));
+        // The ticker runs from before the deadline is set until the call
+        // returns (its store is dropped, or a reused instance goes back idle).
+        store.data_mut().awake = Some(self.ticker.awake());
         store.data_mut().start_call(deadline, wall_cap, inputs);
         store.set_epoch_deadline(self.limits.ticks(deadline));
     }
@@ -368,6 +372,8 @@ impl RuleEngine {
         };
         let result = instance.rule.call_evaluate(&mut instance.store, snapshot);
         let evaluation = self.conclude(plugin, &instance.store, result, started, deadline, memory_bytes)?;
+        // Idle in the pool, the instance runs nothing: the ticker may park.
+        instance.store.data_mut().awake = None;
         let healthy = matches!(evaluation.outcome, Outcome::Ok | Outcome::Error | Outcome::Invalid);
         if healthy && !instance.store.data().limiter.past_half() {
             let mut idle = pool.idle.lock().expect("not poisoned");
@@ -537,52 +543,5 @@ struct ReusedInstance {
 impl Drop for RuleEngine {
     fn drop(&mut self) {
         self.ticker.stop();
-    }
-}
-
-/// The one thread that advances the engine's epoch every tick; deadlines
-/// are counted in ticks.
-///
-/// The epoch follows the clock, not the number of wake-ups: on a busy
-/// machine the ticker can wake several ticks late (two cores, both busy
-/// running guests), and counting one tick per wake-up would then let a
-/// runaway guest run several times its deadline before its first check.
-/// Each wake-up adds every tick that has passed since the last one.
-struct EpochTicker {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl EpochTicker {
-    fn start(engine: Engine, tick: Duration) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("gavel-epoch".into())
-            .spawn(move || {
-                let (started, tick_ns) = (Instant::now(), tick.as_nanos().max(1));
-                let mut ticked: u128 = 0;
-                while !flag.load(Ordering::Relaxed) {
-                    std::thread::sleep(tick);
-                    let due = started.elapsed().as_nanos() / tick_ns;
-                    while ticked < due {
-                        engine.increment_epoch();
-                        ticked += 1;
-                    }
-                }
-            })
-            .expect("spawning the epoch ticker thread");
-        EpochTicker {
-            stop,
-            thread: Some(thread),
-        }
-    }
-
-    fn stop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            // The thread only sleeps and increments; joining takes one tick.
-            let _ = t.join();
-        }
     }
 }

@@ -52,6 +52,9 @@ pub(crate) struct Sandbox {
     /// The item's values of the signals the plugin declares, set per call
     /// (none: every signal is `undeclared`).
     signals: Option<Arc<super::SignalValues>>,
+    /// Keeps the epoch ticker running while a call is armed (set by
+    /// `RuleEngine::arm`, cleared when a reused instance goes back idle).
+    pub(crate) awake: Option<super::ticker::Awake>,
 }
 
 impl Sandbox {
@@ -87,6 +90,7 @@ impl Sandbox {
             lists: None,
             consulted: Vec::new(),
             signals: None,
+            awake: None,
         }
     }
 
