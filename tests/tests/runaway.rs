@@ -39,7 +39,10 @@ fn infinite_loop_times_out_within_deadline_while_healthy_traffic_flows() {
             Err(e) => assert!(matches!(e, HostError::Overloaded(_)), "{e:?}"),
         }
         let took = started.elapsed();
-        assert!(took < wall_cap + Duration::from_millis(50), "took {took:?} of wall time after the ticker parked");
+        assert!(
+            took < wall_cap + Duration::from_millis(50),
+            "took {took:?} of wall time after the ticker parked"
+        );
     }
     std::thread::scope(|s| {
         let healthy_runs = s.spawn(|| {

@@ -52,9 +52,9 @@ pub struct CallInputs<'a> {
     pub signals: Option<&'a Arc<SignalValues>>,
 }
 use sandbox::Sandbox;
-use ticker::EpochTicker;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use ticker::EpochTicker;
 use wasmtime::component::Linker;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
 

@@ -148,7 +148,10 @@ mod tests {
     fn advances(count: &AtomicU64, from: u64) {
         let deadline = Instant::now() + Duration::from_secs(5);
         while count.load(Ordering::SeqCst) <= from {
-            assert!(Instant::now() < deadline, "the epoch did not advance while a call was armed");
+            assert!(
+                Instant::now() < deadline,
+                "the epoch did not advance while a call was armed"
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
     }
@@ -172,7 +175,11 @@ mod tests {
             // The last call ended: it parks again, and stays parked.
             let parked = settled(&count);
             std::thread::sleep(Duration::from_millis(100));
-            assert_eq!(count.load(Ordering::SeqCst), parked, "the epoch advanced after the last call ended");
+            assert_eq!(
+                count.load(Ordering::SeqCst),
+                parked,
+                "the epoch advanced after the last call ended"
+            );
         }
         ticker.stop();
     }
