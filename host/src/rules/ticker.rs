@@ -31,8 +31,6 @@ struct Shared {
     stop: AtomicBool,
     /// Calls armed and not yet returned.
     in_flight: AtomicUsize,
-    /// The ticker thread, to unpark it.
-    thread: std::sync::OnceLock<std::thread::Thread>,
 }
 
 pub(super) struct EpochTicker {
@@ -59,7 +57,6 @@ impl EpochTicker {
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             in_flight: AtomicUsize::new(0),
-            thread: std::sync::OnceLock::new(),
         });
         let ticking = shared.clone();
         let thread = std::thread::Builder::new()
@@ -76,15 +73,14 @@ impl EpochTicker {
                         continue;
                     }
                     std::thread::sleep(tick);
-                    let due = due();
-                    while ticked < due {
+                    let now = due();
+                    while ticked < now {
                         advance();
                         ticked += 1;
                     }
                 }
             })
             .expect("spawning the epoch ticker thread");
-        let _ = shared.thread.set(thread.thread().clone());
         EpochTicker {
             shared,
             thread: Some(thread),
@@ -94,9 +90,9 @@ impl EpochTicker {
     /// Keeps the epoch advancing until the returned guard is dropped.
     pub(super) fn awake(&self) -> Awake {
         if self.shared.in_flight.fetch_add(1, Ordering::SeqCst) == 0
-            && let Some(t) = self.shared.thread.get()
+            && let Some(t) = &self.thread
         {
-            t.unpark();
+            t.thread().unpark();
         }
         Awake {
             shared: self.shared.clone(),
