@@ -261,7 +261,7 @@ impl Worker {
                 }
                 continue;
             }
-            let pause = match bounded(
+            let backoff = match bounded(
                 "claim_due",
                 self.parts.coordinator.claim_due(now_ms(), free, e.lease_ttl_ms),
             )
@@ -292,6 +292,8 @@ impl Worker {
                     // idle worker's does, and takes what came due meanwhile
                     // in one claim (on Redis each claim reads every
                     // partition's due count, however few items it finds).
+                    // The embedded queue then waits for its next item
+                    // (`Coordinator::until_due`).
                     let drained = leases.len() < free;
                     let w = self.clone();
                     inflight.spawn(async move {
@@ -301,19 +303,25 @@ impl Worker {
                     if !drained {
                         continue;
                     }
-                    poll
+                    None
                 }
-                Ok(_) => poll,
+                Ok(_) => None,
                 Err(err) => {
                     failures += 1;
                     let wait = crate::retry::backoff_ms(failures, 100, 5_000);
                     tracing::warn!(error = %err, retry_in_ms = wait, "cannot claim from the coordinator");
-                    Duration::from_millis(wait as u64)
+                    Some(Duration::from_millis(wait as u64))
                 }
             };
+            let coordinator = &self.parts.coordinator;
             tokio::select! {
                 _ = cancel.cancelled() => break,
-                _ = tokio::time::sleep(pause) => {}
+                _ = async {
+                    match backoff {
+                        Some(wait) => tokio::time::sleep(wait).await,
+                        None => coordinator.until_due(poll).await,
+                    }
+                } => {}
             }
         }
         // Let the evaluations in flight commit: no half-done work at shutdown.

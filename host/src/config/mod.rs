@@ -363,8 +363,10 @@ pub struct EvaluationConfig {
     /// An item is re-queued by the reconciler once it has waited this long
     /// past its debounce window.
     pub reconcile_grace_ms: i64,
-    /// How often an idle worker asks the coordinator for due items (one
-    /// whose last claim found fewer than it asked for).
+    /// How long a worker whose last claim found fewer items than it asked
+    /// for waits before the next: on Redis it then claims again (a poll);
+    /// the embedded queue, which sees every schedule, then waits until an
+    /// item is due.
     pub poll_interval_ms: u64,
     /// Attempts of an evaluation that fails in the host (a store error or a
     /// host-side rule failure) before it is dead-lettered.

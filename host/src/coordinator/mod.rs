@@ -17,6 +17,7 @@ pub use redis::RedisCoordinator;
 use crate::clock::Millis;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A coordinator error: it is unreachable right now. Callers retry with
 /// backoff; the store stays the truth meanwhile.
@@ -94,6 +95,14 @@ pub trait Coordinator: Send + Sync + 'static {
     async fn is_leased(&self, item: &str, now: Millis) -> Result<bool, CoordinatorError>;
 
     async fn stats(&self, now: Millis) -> Result<QueueStats, CoordinatorError>;
+
+    /// Waits before the next claim, after one that found everything that was
+    /// due (or nothing): `poll` here, because another process may schedule
+    /// at any time and only a claim would see it. A backend that sees every
+    /// schedule may wait for the queue instead (the embedded one does).
+    async fn until_due(&self, poll: Duration) {
+        tokio::time::sleep(poll).await;
+    }
 }
 
 pub type SharedCoordinator = Arc<dyn Coordinator>;
