@@ -253,7 +253,8 @@ impl Worker {
         while !cancel.is_cancelled() {
             while inflight.try_join_next().is_some() {}
             let free = permits.available_permits().min(e.batch.max(1));
-            if free == 0 {
+            let batches_full = e.batches_in_flight > 0 && inflight.len() >= e.batches_in_flight;
+            if free == 0 || batches_full {
                 // Wait for capacity: some batch in flight finishing.
                 tokio::select! {
                     _ = cancel.cancelled() => break,

@@ -344,6 +344,12 @@ pub struct EvaluationConfig {
     /// Items claimed together: their snapshots are read with a handful of
     /// queries and their commits share one transaction.
     pub batch: usize,
+    /// Claimed batches being evaluated at once in this process (0: no
+    /// limit but `concurrency`). While this many are in flight the worker
+    /// claims nothing, so what comes due meanwhile is claimed as one batch
+    /// when one ends: under load batches grow and their store round trips
+    /// are shared; with little traffic each item is claimed as it comes.
+    pub batches_in_flight: usize,
     /// Evaluation threads (0: one per core).
     pub threads: usize,
     /// When a plugin fails (trap, timeout, ...), count it as `hold`
@@ -433,6 +439,7 @@ impl Default for EvaluationConfig {
         EvaluationConfig {
             concurrency: 512,
             batch: 256,
+            batches_in_flight: 2,
             threads: 0,
             fail_closed: false,
             debounce: Debounce::default(),
