@@ -117,6 +117,11 @@ fn http_seconds() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.0, 17))
 }
 
+fn batch_items() -> Histogram {
+    // 1 .. 256 items.
+    Histogram::new(exponential_buckets(1.0, 2.0, 9))
+}
+
 fn evaluation_seconds() -> Histogram {
     // 10 µs .. ~5 s.
     Histogram::new(exponential_buckets(0.00001, 3.0, 13))
@@ -172,6 +177,10 @@ metrics! {
     queue_depth: Gauge => "queue_depth", "Items in the evaluation queue";
     /// Evaluations running now in this process.
     evaluations_in_flight: Gauge => "evaluations_in_flight", "Evaluations running in this process";
+    /// Items per claimed evaluation batch (`evaluation.batch` at most):
+    /// under load they grow while `evaluation.batches_in_flight` are busy.
+    claimed_batch_items: Histogram = batch_items()
+        => "claimed_batch_items", "Items per claimed evaluation batch";
     /// Leases that expired while their evaluation ran (lease contention).
     leases_lost: Counter => "leases_lost", "Leases that expired during their evaluation";
     /// Claims that answered with more items than asked (a coordinator

@@ -283,6 +283,7 @@ impl Worker {
                         );
                         self.hand_back(&excess).await;
                     }
+                    self.parts.metrics.claimed_batch_items.observe(leases.len() as f64);
                     // Only this loop takes permits and `free` were free.
                     let permit = permits
                         .clone()

@@ -2,7 +2,8 @@
 //! concurrency (Q6), two workers racing past a lost lease (R2/Q2), a host
 //! failure dead-lettered and replayed (Q4), Redis killed mid-run (R1), a
 //! failing plugin quarantined and recovering (Q3), overload never
-//! quarantining a healthy plugin (H7).
+//! quarantining a healthy plugin (H7), items due while batches are in
+//! flight claimed together (Q16).
 
 use gavel::config::Config;
 use gavel_tests::server::{Setup, TestServer, uuid_ish};
@@ -596,7 +597,59 @@ async fn a_backlog_longer_than_a_page_is_queued_at_start(setup: Setup) {
     s.stop().await.unwrap();
 }
 
+/// Q16: while `evaluation.batches_in_flight` claimed batches are being
+/// evaluated the worker claims nothing more; the items that came due
+/// meanwhile, one by one, are claimed together when one ends. Without the
+/// limit each would be a claim of its own (they come further apart than
+/// the poll interval).
+async fn items_due_while_batches_are_in_flight_are_claimed_together(setup: Setup) {
+    let s = TestServer::start_with(setup, |c| {
+        c.evaluation.batches_in_flight = 1;
+        c.limits.async_deadline = Duration::from_secs(10);
+        std::fs::copy(gavel_tests::guests::MISBEHAVE, c.plugin_dir.join("slow.wasm")).unwrap();
+        std::fs::write(
+            c.plugin_dir.join("slow.toml"),
+            "[config]\nmode = \"spin\"\nspin_on = \"slow first\"\nspin_ms = 2000\n",
+        )
+        .unwrap();
+    })
+    .await;
+    let first = s.submit("q16-first", "slow first, judged alone").await;
+    let claimed = Instant::now() + Duration::from_secs(10);
+    while s.metrics.evaluations_in_flight.get() != 1 {
+        assert!(Instant::now() < claimed, "the first item was never claimed");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let mut later = Vec::new();
+    for i in 0..10 {
+        later.push(s.submit(&format!("q16-{i}"), "due while the first is judged").await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let m = crate::metrics::scrape(&s).await;
+    assert_eq!(
+        crate::metrics::get(&m, "gavel_claimed_batch_items_count{}"),
+        1.0,
+        "claimed while the one batch allowed was in flight"
+    );
+    for id in later.iter().chain([&first]) {
+        s.settled(id).await;
+    }
+    let m = crate::metrics::scrape(&s).await;
+    assert_eq!(
+        crate::metrics::get(&m, "gavel_claimed_batch_items_count{}"),
+        2.0,
+        "{m:#?}"
+    );
+    assert_eq!(
+        crate::metrics::get(&m, "gavel_claimed_batch_items_sum{}"),
+        11.0,
+        "{m:#?}"
+    );
+    s.stop().await.unwrap();
+}
+
 gavel_tests::both!(
+    items_due_while_batches_are_in_flight_are_claimed_together,
     a_backlog_longer_than_a_page_is_queued_at_start,
     sloan_burst_is_judged_a_few_times_on_complete_counts,
     concurrent_events_on_many_items_form_one_chain_each,
