@@ -387,6 +387,57 @@ impl TestServer {
         self.wait_for(id, |i| i["needs_eval_since"].is_null() && i["status"] != "pending_scan")
             .await
     }
+
+    /// The whole changes feed as `token` reads it (`GET /v1/changes`, every
+    /// page), once `shows` holds of it (within 20 s). On PostgreSQL a
+    /// committed change joins the feed when every transaction that was
+    /// running at its commit has ended, in any database of the server
+    /// (`docs/ARCHITECTURE.md`, "A webhook delivery and the changes feed"), so a read right after
+    /// a write may not show it yet; the tests share one server.
+    pub async fn changes_showing(&self, token: &str, shows: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let mut changes = Vec::new();
+            let mut cursor = String::new();
+            loop {
+                let page = self
+                    .get_json(&format!("/v1/changes?after={cursor}&limit=1000"), token)
+                    .await;
+                let list = page["changes"].as_array().unwrap_or_else(|| panic!("{page:#}"));
+                if list.is_empty() {
+                    break;
+                }
+                changes.extend(list.iter().cloned());
+                cursor = page["next_cursor"].as_str().unwrap().to_string();
+            }
+            if shows(&changes) {
+                return changes;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the changes feed never showed what was expected: {changes:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// [`TestServer::changes_showing`] every transition the items `ids`
+    /// have now (`GET /v1/items/{id}`), by event id `ITEM:VERSION`.
+    pub async fn changes_covering(&self, token: &str, ids: &[String]) -> Vec<Value> {
+        let mut events = std::collections::HashSet::new();
+        for id in ids {
+            let item = self.get_json(&format!("/v1/items/{id}"), &self.moderator).await;
+            for t in item["transitions"].as_array().unwrap_or_else(|| panic!("{item:#}")) {
+                events.insert(format!("{id}:{}", t["version"]));
+            }
+        }
+        self.changes_showing(token, |changes| {
+            let shown: std::collections::HashSet<&str> =
+                changes.iter().filter_map(|c| c["event_id"].as_str()).collect();
+            events.iter().all(|e| shown.contains(e.as_str()))
+        })
+        .await
+    }
 }
 
 /// Polls `check` every 25 ms until it holds, or panics naming `what` after `within`.

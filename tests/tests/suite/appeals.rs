@@ -526,14 +526,12 @@ async fn appeal_outcomes_reach_the_item_the_author_and_the_plugin(setup: Setup) 
     .await;
     assert_eq!(status, 409);
     assert_eq!(reversals(&s).await, json!(1), "counted once");
-    let changes = s.get_json("/v1/changes?limit=500", &s.client).await;
-    let appeal_events: Vec<&Value> = changes["changes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|c| c["item_id"] == spam.as_str() && c["cause"] == "appeal")
-        .collect();
-    assert_eq!(appeal_events.len(), 1, "{changes:#}");
+    let by_appeal = |c: &&Value| c["item_id"] == spam.as_str() && c["cause"] == "appeal";
+    let changes = s
+        .changes_showing(&s.client, |changes| changes.iter().any(|c| by_appeal(&c)))
+        .await;
+    let appeal_events: Vec<&Value> = changes.iter().filter(by_appeal).collect();
+    assert_eq!(appeal_events.len(), 1, "{changes:#?}");
     assert_eq!(appeal_events[0]["to_status"], "visible");
     assert_eq!(appeal_events[0]["reason"], "satire");
 
@@ -737,16 +735,17 @@ async fn timed_restrictions_end_once_at_their_time_across_a_restart(setup: Setup
         .collect();
     assert_eq!(expiries.len(), 1, "{bob:#}");
     assert_eq!(expiries[0]["actor"], "rules");
-    let changes = s.get_json("/v1/changes?limit=500", &s.moderator).await;
-    let events = |cause: &str| {
-        changes["changes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|c| c["cause"] == cause)
-            .count()
-    };
-    assert_eq!((events("restriction_ended"), events("expiry")), (1, 1), "{changes:#}");
+    let events = |changes: &[Value], cause: &str| changes.iter().filter(|c| c["cause"] == cause).count();
+    let changes = s
+        .changes_showing(&s.moderator, |c| {
+            events(c, "restriction_ended") > 0 && events(c, "expiry") > 0
+        })
+        .await;
+    assert_eq!(
+        (events(&changes, "restriction_ended"), events(&changes, "expiry")),
+        (1, 1),
+        "{changes:#?}"
+    );
     assert_eq!(
         s.get_json(&format!("/v1/items/{item}"), &s.moderator).await["transitions"],
         lifted["transitions"]
