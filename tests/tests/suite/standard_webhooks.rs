@@ -35,12 +35,11 @@ fn endpoint(url: &str, secrets_file: &Path) -> WebhookConfig {
     }
 }
 
-/// Event ids of every transition in the changes feed.
-async fn event_ids(s: &TestServer) -> HashSet<String> {
-    let page = s.get_json("/v1/changes?limit=1000", &s.moderator).await;
-    page["changes"]
-        .as_array()
-        .unwrap()
+/// Event ids of every transition in the changes feed, read once it shows
+/// every transition of the items `ids`.
+async fn event_ids(s: &TestServer, ids: &[String]) -> HashSet<String> {
+    s.changes_covering(&s.moderator, ids)
+        .await
         .iter()
         .map(|c| c["event_id"].as_str().unwrap().to_string())
         .collect()
@@ -54,21 +53,24 @@ fn acknowledged(log: &[Value]) -> HashSet<String> {
         .collect()
 }
 
-/// Submits `n` items and waits until each has settled.
-async fn submit_settled(s: &TestServer, prefix: &str, n: usize) {
+/// Submits `n` items, waits until each has settled and adds their ids to
+/// `ids`.
+async fn submit_settled(s: &TestServer, ids: &mut Vec<String>, prefix: &str, n: usize) {
     for i in 0..n {
         let id = s.submit(&format!("{prefix}-{i}"), &format!("{prefix} post {i}")).await;
         s.settled(&id).await;
+        ids.push(id);
     }
 }
 
-/// Waits until the receiver acknowledged every event of the feed.
-async fn all_acknowledged(s: &TestServer, receiver: &Peer) {
+/// Waits until the receiver acknowledged every event of the feed (which
+/// has every transition of the items `ids`).
+async fn all_acknowledged(s: &TestServer, ids: &[String], receiver: &Peer) {
     eventually(
         "every event verified and acknowledged",
         Duration::from_secs(30),
         async || {
-            let expected = event_ids(s).await;
+            let expected = event_ids(s, ids).await;
             acknowledged(&receiver.log().await).is_superset(&expected)
         },
     )
@@ -95,15 +97,16 @@ async fn a_stock_receiver_verifies_every_delivery_across_retries_and_rotation(se
         c.delivery.poll_interval_ms = 20;
     })
     .await;
-    submit_settled(&s, "before", 4).await;
-    all_acknowledged(&s, &receiver).await;
+    let mut ids = Vec::new();
+    submit_settled(&s, &mut ids, "before", 4).await;
+    all_acknowledged(&s, &ids, &receiver).await;
 
     // Rotation: B is added; the receiver switches to it; nothing fails.
     write_secrets(&file, &[&a, &b]);
     tokio::time::sleep(RELOAD).await;
     receiver.control(json!({"secret": b})).await;
-    submit_settled(&s, "during", 4).await;
-    all_acknowledged(&s, &receiver).await;
+    submit_settled(&s, &mut ids, "during", 4).await;
+    all_acknowledged(&s, &ids, &receiver).await;
 
     // A is removed: a receiver still on A refuses; switched to B, the retry verifies.
     let removed_at = std::time::SystemTime::now()
@@ -115,6 +118,7 @@ async fn a_stock_receiver_verifies_every_delivery_across_retries_and_rotation(se
     receiver.control(json!({"secret": a, "fail_first": 0})).await;
     let id = s.submit("after", "after the rotation").await;
     s.settled(&id).await;
+    ids.push(id);
     eventually(
         "a delivery signed without A is refused by A",
         Duration::from_secs(10),
@@ -122,7 +126,7 @@ async fn a_stock_receiver_verifies_every_delivery_across_retries_and_rotation(se
     )
     .await;
     receiver.control(json!({"secret": b})).await;
-    all_acknowledged(&s, &receiver).await;
+    all_acknowledged(&s, &ids, &receiver).await;
 
     let log = receiver.log().await;
     let mut attempts: BTreeMap<String, Vec<&Value>> = BTreeMap::new();
@@ -132,7 +136,7 @@ async fn a_stock_receiver_verifies_every_delivery_across_retries_and_rotation(se
             .or_default()
             .push(r);
     }
-    let expected = event_ids(&s).await;
+    let expected = event_ids(&s, &ids).await;
     assert_eq!(attempts.len(), expected.len(), "one webhook-id per event");
     for (id, tries) in &attempts {
         assert!(id.starts_with("msg_") && !id.contains('.') && !id.contains(':'), "{id}");
@@ -185,7 +189,8 @@ async fn gone_disables_the_endpoint_until_it_is_enabled(setup: Setup) {
         c.delivery.concurrency = 1;
     })
     .await;
-    submit_settled(&s, "gone", 3).await;
+    let mut ids = Vec::new();
+    submit_settled(&s, &mut ids, "gone", 3).await;
     eventually("the endpoint to be disabled", Duration::from_secs(10), async || {
         let endpoints = s.get_json("/v1/webhooks", &s.moderator).await;
         endpoints[0]["disabled_at"].is_i64()
@@ -248,7 +253,7 @@ async fn gone_disables_the_endpoint_until_it_is_enabled(setup: Setup) {
         .await
         .unwrap();
     assert_eq!(again.status(), 404, "already enabled");
-    all_acknowledged(&s, &receiver).await;
+    all_acknowledged(&s, &ids, &receiver).await;
     eventually("every delivery delivered", Duration::from_secs(10), async || {
         store
             .deliveries(true, 1000)
@@ -286,9 +291,10 @@ async fn retry_after_is_honoured(setup: Setup) {
         c.delivery.poll_interval_ms = 20;
     })
     .await;
-    submit_settled(&s, "throttled", 2).await;
+    let mut ids = Vec::new();
+    submit_settled(&s, &mut ids, "throttled", 2).await;
     for receiver in [&throttled, &unavailable] {
-        all_acknowledged(&s, receiver).await;
+        all_acknowledged(&s, &ids, receiver).await;
         let log = receiver.log().await;
         let mut first: BTreeMap<&str, f64> = BTreeMap::new();
         for r in &log {
