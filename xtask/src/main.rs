@@ -25,7 +25,19 @@ include!("guests.rs");
 
 use anyhow::{Context, bail};
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    // Said in one line, without a backtrace even under RUST_BACKTRACE: what
+    // failed is the command named here, whose own output is just above.
+    match xtask() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn xtask() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
     std::env::set_current_dir(&root)?;
@@ -55,6 +67,88 @@ fn sh(cmd: &mut Command) -> anyhow::Result<()> {
         bail!("{} failed ({status})", describe(cmd));
     }
     Ok(())
+}
+
+/// Runs a `cargo test` command like [`sh`], passing its output through as
+/// it comes, and when it fails says again, last, what each failed test
+/// said before its backtrace: a log that keeps only its tail (as CI's
+/// does) then still holds why the tests failed, not only which.
+fn tests(cmd: &mut Command) -> anyhow::Result<()> {
+    use std::io::{BufRead, Write};
+    eprintln!("$ {}", describe(cmd));
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {}", describe(cmd)))?;
+    let mut failures = Failures::default();
+    let mut out = std::io::stdout().lock();
+    let mut reader = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut line = Vec::new();
+    while reader.read_until(b'\n', &mut line)? > 0 {
+        out.write_all(&line)?;
+        out.flush()?;
+        failures.read(&String::from_utf8_lossy(&line));
+        line.clear();
+    }
+    drop(out);
+    let status = child.wait()?;
+    if !status.success() {
+        let report = failures.report();
+        if !report.is_empty() {
+            eprintln!("\nwhat the failed tests said (their output above, in full):\n{report}");
+        }
+        bail!("{} failed ({status})", describe(cmd));
+    }
+    Ok(())
+}
+
+/// The failed tests of libtest's output, each with what it printed up to
+/// its backtrace: the last [`Failures::LINES`] lines of it, where the panic
+/// message is (a test's own log comes before it).
+#[derive(Default)]
+struct Failures {
+    /// Each failed test, the lines kept and how many were cut before them.
+    tests: Vec<(String, Vec<String>, usize)>,
+    /// Inside a test's block, before its backtrace.
+    open: bool,
+}
+
+impl Failures {
+    const LINES: usize = 40;
+
+    fn read(&mut self, line: &str) {
+        let line = line.trim_end();
+        if let Some(name) = line.strip_prefix("---- ").and_then(|l| l.strip_suffix(" stdout ----")) {
+            self.tests.push((name.to_string(), Vec::new(), 0));
+            self.open = true;
+        } else if line == "failures:" || line.starts_with("test result:") || line.starts_with("stack backtrace:") {
+            self.open = false;
+        } else if self.open
+            && !line.is_empty()
+            && let Some((_, said, cut)) = self.tests.last_mut()
+        {
+            said.push(line.to_string());
+            if said.len() > Self::LINES {
+                said.remove(0);
+                *cut += 1;
+            }
+        }
+    }
+
+    fn report(&self) -> String {
+        let mut report = String::new();
+        for (name, said, cut) in &self.tests {
+            report.push_str(&format!("---- {name} ----\n"));
+            if *cut > 0 {
+                report.push_str(&format!("({cut} lines before these)\n"));
+            }
+            for line in said {
+                report.push_str(line);
+                report.push('\n');
+            }
+        }
+        report
+    }
 }
 
 fn describe(cmd: &Command) -> String {
@@ -277,7 +371,7 @@ fn test(root: &Path) -> anyhow::Result<()> {
     // The kill tests run the real binary.
     sh(Command::new(cargo()).args(["build", "-p", "gavel"]))?;
     // Host crates and integration tests (the tests' build script builds every guest).
-    sh(Command::new(cargo()).args(["test", "--workspace"]))?;
+    tests(Command::new(cargo()).args(["test", "--workspace"]))?;
     // The example plugins' unit tests, natively through the SDK harness.
     sh(Command::new(cargo())
         .args(["test", "--manifest-path"])
@@ -362,4 +456,74 @@ fn ensure_wrk() -> anyhow::Result<()> {
     sh(Command::new("apt-get").args(["install", "-y", "-qq", "wrk"]))?;
     anyhow::ensure!(present(), "wrk still not runnable after installing it");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Failures;
+
+    #[test]
+    fn failures_keep_what_each_failed_test_said_before_its_backtrace() {
+        let output = "\
+running 3 tests
+test a::passes ... ok
+test a::fails ... FAILED
+test b::fails ... FAILED
+
+failures:
+
+---- a::fails stdout ----
+
+thread 'a::fails' panicked at tests/a.rs:3:5:
+assertion `left == right` failed: the feed lacks item-1
+stack backtrace:
+   0: rust_begin_unwind
+   1: core::panicking::panic_fmt
+---- b::fails stdout ----
+a line the test printed
+
+thread 'b::fails' panicked at tests/b.rs:9:1:
+timed out
+
+failures:
+    a::fails
+    b::fails
+
+test result: FAILED. 1 passed; 2 failed; 0 ignored
+";
+        let mut failures = Failures::default();
+        for line in output.split_inclusive('\n') {
+            failures.read(line);
+        }
+        assert_eq!(
+            failures.report(),
+            "\
+---- a::fails ----
+thread 'a::fails' panicked at tests/a.rs:3:5:
+assertion `left == right` failed: the feed lacks item-1
+---- b::fails ----
+a line the test printed
+thread 'b::fails' panicked at tests/b.rs:9:1:
+timed out
+"
+        );
+    }
+
+    #[test]
+    fn a_long_failure_keeps_its_last_lines_where_the_panic_is() {
+        let mut failures = Failures::default();
+        failures.read("---- t stdout ----\n");
+        for i in 0..100 {
+            failures.read(&format!("log line {i}\n"));
+        }
+        failures.read("thread 't' panicked at tests/t.rs:1:1:\n");
+        failures.read("stack backtrace:\n");
+        failures.read("   0: rust_begin_unwind\n");
+        let report = failures.report();
+        let lines: Vec<&str> = report.lines().collect();
+        assert_eq!(lines.len(), 2 + Failures::LINES, "{report}");
+        assert_eq!(lines[1], format!("({} lines before these)", 101 - Failures::LINES));
+        assert_eq!(lines[2], format!("log line {}", 101 - Failures::LINES));
+        assert_eq!(lines.last(), Some(&"thread 't' panicked at tests/t.rs:1:1:"));
+    }
 }
