@@ -1062,10 +1062,12 @@ pub async fn b8(gavel_bin: &Path) -> anyhow::Result<Vec<Figure>> {
         dir.path(),
         &[],
         &format!(
-            "[limits]\nasync_deadline_ms = 10000\nmax_concurrent_evaluations = {}\n[evaluation]\nconcurrency = {in_flight}\n",
+            "[limits]\nasync_deadline_ms = 10000\nmax_concurrent_evaluations = {}\n\
+             [evaluation]\nconcurrency = {in_flight}\nthreads = {in_flight}\nbatches_in_flight = 0\n",
             in_flight * 2
         ),
-    ).await?;
+    )
+    .await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let idle = rss_kib(gavel.pid())?;
     // Load the four Rust examples.
