@@ -926,6 +926,28 @@ async fn fault_injection_suite() {
         violations.len()
     );
     if !violations.is_empty() {
+        // What the invariants cannot say: the items no rule or moderator
+        // judged, each with its audit trail and dead letter, if any.
+        let unjudged: Vec<(String, String, Option<String>)> = sqlx::query_as(
+            "SELECT i.id, (SELECT string_agg(t.version || ' ' || t.from_status || '>' || t.to_status || ' ' \
+                 || t.actor || ' ' || coalesce(t.cause, ''), '; ' ORDER BY t.version) FROM transitions t WHERE t.item_id = i.id), \
+             (SELECT string_agg(l.attempts || ' attempts: ' || l.last_error, '; ') FROM dead_letters l \
+                 WHERE l.item_id = i.id) \
+             FROM items i WHERE NOT EXISTS (SELECT 1 FROM transitions t WHERE t.item_id = i.id \
+                 AND (t.actor IN ('rules', 'moderator') OR (t.version = 1 AND t.cause = 'author_standing' \
+                 AND t.to_status = 'rejected'))) LIMIT 10",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+        let dead_letters: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM dead_letters")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        eprintln!(
+            "--- items no rule or moderator judged (at most 10): {unjudged:#?}\n--- dead letters: {dead_letters}; \
+             stale commits refused while worker-1 was paused: {paused_refusals}"
+        );
         for p in d.apis.iter().chain(&d.workers) {
             let log = p.log();
             let lines: Vec<&str> = log
