@@ -398,6 +398,17 @@ async fn counter(p: &GavelProcess, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The items (`i`) no rule or moderator judged and their author's
+/// standing did not reject at once: an invariant says there are none, and a
+/// failed run lists them.
+macro_rules! unjudged_items {
+    () => {
+        "FROM items i WHERE NOT EXISTS (SELECT 1 FROM transitions t WHERE t.item_id = i.id \
+         AND (t.actor IN ('rules', 'moderator') OR (t.version = 1 AND t.cause = 'author_standing' \
+         AND t.to_status = 'rejected')))"
+    };
+}
+
 /// The fault schedule: a worker paused past its lease (until the store
 /// refused its late work, counted by the store's fence), an api paused past
 /// the idempotency lock, then 20 SIGKILLs of a random worker with the other
@@ -573,8 +584,7 @@ async fn check_invariants(
     ));
     checks.push((
         "every item judged by the rules or a moderator, or rejected at once by its author's standing",
-        scalar("SELECT COUNT(*) FROM items i WHERE NOT EXISTS (SELECT 1 FROM transitions t WHERE t.item_id = i.id \
-                AND (t.actor IN ('rules', 'moderator') OR (t.version = 1 AND t.cause = 'author_standing' AND t.to_status = 'rejected')))").await == 0,
+        scalar(concat!("SELECT COUNT(*) ", unjudged_items!())).await == 0,
     ));
     checks.push((
         "one outbox event per transition, none without one",
@@ -928,15 +938,15 @@ async fn fault_injection_suite() {
     if !violations.is_empty() {
         // What the invariants cannot say: the items no rule or moderator
         // judged, each with its audit trail and dead letter, if any.
-        let unjudged: Vec<(String, String, Option<String>)> = sqlx::query_as(
+        let unjudged: Vec<(String, String, Option<String>)> = sqlx::query_as(concat!(
             "SELECT i.id, (SELECT string_agg(t.version || ' ' || t.from_status || '>' || t.to_status || ' ' \
                  || t.actor || ' ' || coalesce(t.cause, ''), '; ' ORDER BY t.version) FROM transitions t WHERE t.item_id = i.id), \
              (SELECT string_agg(l.attempts || ' attempts: ' || l.last_error, '; ') FROM dead_letters l \
                  WHERE l.item_id = i.id) \
-             FROM items i WHERE NOT EXISTS (SELECT 1 FROM transitions t WHERE t.item_id = i.id \
-                 AND (t.actor IN ('rules', 'moderator') OR (t.version = 1 AND t.cause = 'author_standing' \
-                 AND t.to_status = 'rejected'))) LIMIT 10",
-        )
+             ",
+            unjudged_items!(),
+            " LIMIT 10"
+        ))
         .fetch_all(&pool)
         .await
         .unwrap();
