@@ -400,12 +400,16 @@ async fn counter(p: &GavelProcess, name: &str) -> f64 {
 
 /// The items (`i`) no rule or moderator judged and their author's
 /// standing did not reject at once: an invariant says there are none, and a
-/// failed run lists them.
+/// failed run lists them. The rules judged an item when they moved it, or
+/// when their decisions were recorded without a move: an item degraded mode
+/// held at submission that the rules hold too keeps its status, and its
+/// trail shows only the hold of the system.
 macro_rules! unjudged_items {
     () => {
         "FROM items i WHERE NOT EXISTS (SELECT 1 FROM transitions t WHERE t.item_id = i.id \
          AND (t.actor IN ('rules', 'moderator') OR (t.version = 1 AND t.cause = 'author_standing' \
-         AND t.to_status = 'rejected')))"
+         AND t.to_status = 'rejected'))) \
+         AND NOT EXISTS (SELECT 1 FROM decisions d WHERE d.item_id = i.id AND d.phase = 'async')"
     };
 }
 
@@ -430,9 +434,33 @@ async fn inject_faults(d: &mut Deployment, rng: &mut Rng, pool: &sqlx::PgPool, t
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         d.workers[0].pause();
-        faults.push("SIGSTOP worker-1 past its lease".to_string());
-        tokio::time::sleep(Duration::from_millis(3_000)).await;
+        let (paused_at, paused) = (gavel::clock::now_ms(), Instant::now());
+        // Past the lease (1 s) the other worker takes the paused one's
+        // items over, behind whatever has waited longer: on a slow machine
+        // that backlog outlasts a fixed pause, and the paused worker then
+        // commits first, unrefused. So the pause lasts until everything
+        // that waited when it began has been judged: at least 3 s, at most
+        // 6 s, so that this stays the one fault it is: the paused worker's
+        // webhook claims (7 s) do not run out, nor does the wall cap (20 s)
+        // of the slow rule its evaluations are almost always in when paused.
+        let (earliest, latest) = (paused + Duration::from_secs(3), paused + Duration::from_secs(6));
+        tokio::time::sleep_until(earliest.into()).await;
+        while Instant::now() < latest {
+            let waiting: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM items WHERE needs_eval_since <= $1")
+                .bind(paused_at)
+                .fetch_one(pool)
+                .await
+                .unwrap();
+            if waiting == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         d.workers[0].resume();
+        faults.push(format!(
+            "SIGSTOP worker-1 past its lease ({:.1} s)",
+            paused.elapsed().as_secs_f64()
+        ));
         tokio::time::sleep(Duration::from_millis(1_000)).await;
         refused = 0.0;
         for w in &d.workers {
@@ -917,8 +945,12 @@ async fn fault_injection_suite() {
         .fetch_one(&pool)
         .await
         .unwrap();
+    let degraded: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM transitions WHERE cause = 'degraded'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
     eprintln!(
-        "fault suite summary (seed {seed}): {} operations ({} retried, {} answered 503), {} items, {} moderator decisions, \
+        "fault suite summary (seed {seed}): {} operations ({} retried, {} answered 503), {} items ({degraded} held by degraded mode at submission), {} moderator decisions, \
          {} media items ({answered} provider answers applied), {} spam posts ({account_moves} account transitions), \
          {} faults [{}], settled {:?} after the faults stopped, {} webhook requests, {} invariant checks, violations = {}",
         tally.operations.load(Ordering::Relaxed),
