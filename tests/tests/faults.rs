@@ -398,6 +398,11 @@ async fn counter(p: &GavelProcess, name: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
+/// `sql`'s one number (a `COUNT(*)`).
+async fn count(pool: &sqlx::PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
+}
+
 /// The items (`i`) no rule or moderator judged and their author's
 /// standing did not reject at once: an invariant says there are none, and a
 /// failed run lists them. The rules judged an item when they moved it, or
@@ -534,10 +539,7 @@ async fn check_invariants(
     ids: &[String],
     receiver: &Receiver,
 ) -> Vec<(&'static str, bool)> {
-    let scalar = |sql: &'static str| {
-        let pool = pool.clone();
-        async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(&pool).await.unwrap() }
-    };
+    let scalar = |sql: &'static str| count(pool, sql);
     let mut checks = Vec::new();
     let unique: HashSet<&String> = ids.iter().collect();
     checks.push((
@@ -752,10 +754,7 @@ async fn account_transitions_delivered(pool: &sqlx::PgPool, accepted: &[gavel::s
 /// recomputations due have run, every automated account at the tier of the
 /// strikes derived now from the decision log.
 async fn author_invariants(pool: &sqlx::PgPool, db: &str) -> Vec<(&'static str, bool)> {
-    let scalar = |sql: &'static str| {
-        let pool = pool.clone();
-        async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(&pool).await.unwrap() }
-    };
+    let scalar = |sql: &'static str| count(pool, sql);
     let due = || scalar("SELECT COUNT(*) FROM authors WHERE recheck_at <= (EXTRACT(EPOCH FROM now()) * 1000)::bigint");
     let deadline = Instant::now() + Duration::from_secs(30);
     while due().await > 0 && Instant::now() < deadline {
@@ -943,18 +942,13 @@ async fn fault_injection_suite() {
         statements_valid(&pool, &d.db).await,
     ));
     let violations: Vec<&str> = checks.iter().filter(|(_, ok)| !ok).map(|(name, _)| *name).collect();
-    let answered: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM provider_callbacks WHERE outcome = 'applied'")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    let account_moves: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM author_transitions")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    let degraded: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM transitions WHERE cause = 'degraded'")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let answered = count(
+        &pool,
+        "SELECT COUNT(*) FROM provider_callbacks WHERE outcome = 'applied'",
+    )
+    .await;
+    let account_moves = count(&pool, "SELECT COUNT(*) FROM author_transitions").await;
+    let degraded = count(&pool, "SELECT COUNT(*) FROM transitions WHERE cause = 'degraded'").await;
     eprintln!(
         "fault suite summary (seed {seed}): {} operations ({} retried, {} answered 503), {} items ({degraded} held by degraded mode at submission), {} moderator decisions, \
          {} media items ({answered} provider answers applied), {} spam posts ({account_moves} account transitions), \
@@ -988,10 +982,7 @@ async fn fault_injection_suite() {
         .fetch_all(&pool)
         .await
         .unwrap();
-        let dead_letters: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM dead_letters")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
+        let dead_letters = count(&pool, "SELECT COUNT(*) FROM dead_letters").await;
         eprintln!(
             "--- items no rule or moderator judged (at most 10): {unjudged:#?}\n--- dead letters: {dead_letters}; \
              stale commits refused while worker-1 was paused: {paused_refusals}"
