@@ -606,6 +606,12 @@ async fn items_due_while_batches_are_in_flight_are_claimed_together(setup: Setup
     let s = TestServer::start_with(setup, |c| {
         c.evaluation.batches_in_flight = 1;
         c.limits.async_deadline = Duration::from_secs(10);
+        // The first item's evaluation spins for 2 s, as long as the suite's
+        // lease: on a slow machine the lease ran out first, the reconciler
+        // queued the item again and it was claimed a second time, in the
+        // second batch. The lease covers the wall deadline here, as the
+        // default (30 s) does.
+        c.evaluation.lease_ttl_ms = 10_000;
         std::fs::copy(gavel_tests::guests::MISBEHAVE, c.plugin_dir.join("slow.wasm")).unwrap();
         std::fs::write(
             c.plugin_dir.join("slow.toml"),
