@@ -216,7 +216,11 @@ impl Dispatcher {
                     tracing::warn!(%error, retry_in_ms = retry_at.unwrap_or(now) - now, "delivery failed; retrying");
                 }
                 let label = if dead { "dead" } else { "retry" };
-                (label, self.store.delivery_failed(d.id, error, retry_at).await)
+                let recorded = self.store.delivery_failed(d.id, d.attempts, error, retry_at).await;
+                if let Ok(false) = recorded {
+                    tracing::info!("delivery claimed again since this attempt began; its failure is not recorded");
+                }
+                (label, recorded.map(drop))
             }
         };
         self.metrics

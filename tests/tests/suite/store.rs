@@ -466,16 +466,32 @@ async fn deliveries_are_claimed_in_version_order(setup: Setup) {
             .id
     };
     // Version 1 fails and is retried later: version 2 must still wait.
-    store
-        .delivery_failed(id_of(1), "HTTP 500", Some(now + 10))
-        .await
-        .unwrap();
+    assert!(
+        store
+            .delivery_failed(id_of(1), 1, "HTTP 500", Some(now + 10))
+            .await
+            .unwrap()
+    );
     assert_eq!(claim(now + 5, BOTH).await, Vec::<(String, i64)>::new());
     assert_eq!(claim(now + 20, BOTH).await, vec![("all".to_string(), 1)]);
+    // The first attempt's dispatcher, resuming late, cannot move the second
+    // claim's retry nor kill the delivery under it.
+    for retry_at in [Some(now + 5_000), None] {
+        assert!(
+            !store.delivery_failed(id_of(1), 1, "late", retry_at).await.unwrap(),
+            "a failure of an earlier claim"
+        );
+    }
+    let v1 = store.deliveries(true, 100).await.unwrap();
+    let v1 = v1.iter().find(|d| d.id == id_of(1)).unwrap();
+    assert_eq!(
+        (v1.status, v1.attempts, v1.next_attempt_at, v1.last_error.as_deref()),
+        (DeliveryStatus::Pending, 2, now + 20 + 1_000, Some("HTTP 500"))
+    );
     store.delivery_succeeded(id_of(1), now + 21).await.unwrap();
     assert_eq!(claim(now + 22, BOTH).await, vec![("all".to_string(), 2)]);
     // A dead delivery no longer holds the item back; replay makes it pending again.
-    store.delivery_failed(id_of(2), "HTTP 410", None).await.unwrap();
+    assert!(store.delivery_failed(id_of(2), 1, "HTTP 410", None).await.unwrap());
     assert_eq!(claim(now + 23, BOTH).await, vec![("all".to_string(), 3)]);
     let dead = store.deliveries(false, 100).await.unwrap();
     assert_eq!(dead.len(), 1);
