@@ -26,11 +26,11 @@ use crate::config::{DeliveryConfig, WebhookConfig};
 use crate::metrics::{Metrics, ResultLabel};
 use crate::outbound::{Failure, Message, SignedClient, Signing};
 use crate::secrets::Keyring;
-use crate::store::{Change, ClaimedDelivery, EndpointFilter, Items, Outbox};
+use crate::store::{Change, ClaimedDelivery, DeliveryOutcome, DeliveryResult, EndpointFilter, Items, Outbox};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -40,6 +40,17 @@ pub const ATTEMPT_HEADER: &str = "x-gavel-delivery-attempt";
 
 /// Outbox rows fanned out per round.
 const FAN_OUT_BATCH: i64 = 500;
+
+/// Attempt results recorded per transaction, at most.
+const RECORD_BATCH: usize = 256;
+
+/// An attempt's result on its way to the store, with the slot it holds
+/// until it is recorded.
+struct Attempted {
+    result: DeliveryResult,
+    label: &'static str,
+    _slot: OwnedSemaphorePermit,
+}
 
 /// The webhook dispatcher of one process.
 pub struct Dispatcher {
@@ -124,6 +135,8 @@ impl Dispatcher {
         let poll = Duration::from_millis(self.config.poll_interval_ms.max(10));
         // Longer than any attempt: a claim outlives its request unless the process died.
         let lease_ms = self.config.timeout_ms as i64 * 2 + 5_000;
+        let (attempted, results) = mpsc::unbounded_channel();
+        let recorder = tokio::spawn(self.clone().record(results));
         while !cancel.is_cancelled() {
             let now = now_ms();
             let fanned = match self.store.fan_out(&self.filters, now, FAN_OUT_BATCH).await {
@@ -163,27 +176,81 @@ impl Dispatcher {
                     .await
                     .expect("the semaphore is never closed");
                 let this = self.clone();
+                let attempted = attempted.clone();
                 tokio::spawn(async move {
-                    this.deliver(delivery).await;
-                    drop(permit);
+                    if let Some((label, result)) = this.deliver(delivery).await {
+                        // The slot is given back once the result is stored.
+                        let _ = attempted.send(Attempted {
+                            result,
+                            label,
+                            _slot: permit,
+                        });
+                    }
                 });
             }
-            if !busy || slots.available_permits() == 0 {
+            if !busy {
                 tokio::select! {
                     _ = cancel.cancelled() => break,
+                    _ = tokio::time::sleep(poll) => {}
+                }
+            } else if slots.available_permits() == 0 {
+                // Every slot is sending and more is due: go on as soon as
+                // half of them are free (claiming one delivery at a time
+                // would be a write transaction per delivery), or after the
+                // poll interval. Sleeping the interval alone held a backlog
+                // to one claim per interval (160 deliveries/s by default).
+                let half = (self.config.concurrency.max(1) as u32).div_ceil(2);
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = slots.acquire_many(half) => {}
                     _ = tokio::time::sleep(poll) => {}
                 }
             }
         }
         // Let deliveries in flight record their result.
-        let _ = tokio::time::timeout(
-            Duration::from_millis(self.config.timeout_ms + 1_000),
-            slots.acquire_many(self.config.concurrency.max(1) as u32),
-        )
+        drop(attempted);
+        let _ = tokio::time::timeout(Duration::from_millis(self.config.timeout_ms + 1_000), async {
+            let _ = slots.acquire_many(self.config.concurrency.max(1) as u32).await;
+            let _ = recorder.await;
+        })
         .await;
     }
 
-    async fn deliver(&self, d: ClaimedDelivery) {
+    /// Stores attempts' results as they come, those that came during the
+    /// last write together in the next (one transaction, not one per
+    /// delivery: on SQLite every commit is a sync to disk).
+    async fn record(self: Arc<Self>, mut results: mpsc::UnboundedReceiver<Attempted>) {
+        let mut batch = Vec::new();
+        while results.recv_many(&mut batch, RECORD_BATCH).await > 0 {
+            let rows: Vec<DeliveryResult> = batch.iter().map(|a| a.result.clone()).collect();
+            match self.store.record_deliveries(&rows).await {
+                Ok(changed) => {
+                    for (a, changed) in batch.iter().zip(changed) {
+                        if !changed && !matches!(a.result.outcome, DeliveryOutcome::Delivered { .. }) {
+                            tracing::info!(
+                                delivery = a.result.id,
+                                "delivery claimed again since this attempt began; its failure is not recorded"
+                            );
+                        }
+                    }
+                }
+                // Their claims run out and they are attempted again: at least once.
+                Err(e) => tracing::warn!(deliveries = rows.len(), error = %e, "delivery: cannot record the results"),
+            }
+            for a in &batch {
+                self.metrics
+                    .deliveries
+                    .get_or_create(&ResultLabel { result: a.label })
+                    .inc();
+            }
+            batch.clear();
+        }
+    }
+
+    /// Sends one claimed delivery; the result to record, unless there is
+    /// nothing to record (an endpoint that answered 410 Gone is disabled
+    /// and the delivery waits, in one write of its own).
+    async fn deliver(&self, d: ClaimedDelivery) -> Option<(&'static str, DeliveryResult)> {
         let span = tracing::info_span!(
             "delivery.send",
             endpoint = %d.endpoint,
@@ -192,45 +259,46 @@ impl Dispatcher {
             author = d.change.author.as_deref().unwrap_or(""),
             attempt = d.attempts
         );
-        self.attempt(&d).instrument(span).await;
+        self.attempt(&d).instrument(span).await
     }
 
-    async fn attempt(&self, d: &ClaimedDelivery) {
-        let Some(endpoint) = self.endpoints.get(&d.endpoint) else {
-            // Claimed only for known endpoints; the configuration is fixed
-            // for the life of the process.
-            return;
-        };
+    async fn attempt(&self, d: &ClaimedDelivery) -> Option<(&'static str, DeliveryResult)> {
+        // Claimed only for known endpoints; the configuration is fixed for
+        // the life of the process.
+        let endpoint = self.endpoints.get(&d.endpoint)?;
         let result = self.post(endpoint, d).await;
         let now = now_ms();
-        let (label, stored) = match result {
-            Ok(()) => ("delivered", self.store.delivery_succeeded(d.id, now).await),
-            Err(failure) if failure.gone => ("gone", self.disable(d, &failure, now).await),
+        let (label, outcome) = match result {
+            Ok(()) => ("delivered", DeliveryOutcome::Delivered { at: now }),
+            Err(failure) if failure.gone => {
+                if let Err(e) = self.disable(d, &failure, now).await {
+                    // The lease runs out and the delivery is attempted again.
+                    tracing::warn!(error = %e, "delivery: cannot record the result");
+                }
+                self.metrics
+                    .deliveries
+                    .get_or_create(&ResultLabel { result: "gone" })
+                    .inc();
+                return None;
+            }
             Err(failure) => {
-                let dead = d.attempts >= i64::from(self.config.max_attempts);
-                let retry_at = (!dead).then(|| now + self.retry_in_ms(d, &failure));
-                let error = &failure.reason;
-                if dead {
+                let error = failure.reason.clone();
+                if d.attempts >= i64::from(self.config.max_attempts) {
                     tracing::error!(%error, "delivery dead-lettered; replay it once the endpoint works");
+                    ("dead", DeliveryOutcome::Dead { error })
                 } else {
-                    tracing::warn!(%error, retry_in_ms = retry_at.unwrap_or(now) - now, "delivery failed; retrying");
+                    let wait = self.retry_in_ms(d, &failure);
+                    tracing::warn!(%error, retry_in_ms = wait, "delivery failed; retrying");
+                    ("retry", DeliveryOutcome::Retry { at: now + wait, error })
                 }
-                let label = if dead { "dead" } else { "retry" };
-                let recorded = self.store.delivery_failed(d.id, d.attempts, error, retry_at).await;
-                if let Ok(false) = recorded {
-                    tracing::info!("delivery claimed again since this attempt began; its failure is not recorded");
-                }
-                (label, recorded.map(drop))
             }
         };
-        self.metrics
-            .deliveries
-            .get_or_create(&ResultLabel { result: label })
-            .inc();
-        if let Err(e) = stored {
-            // The lease runs out and the delivery is attempted again: at least once.
-            tracing::warn!(error = %e, "delivery: cannot record the result");
-        }
+        let result = DeliveryResult {
+            id: d.id,
+            attempts: d.attempts,
+            outcome,
+        };
+        Some((label, result))
     }
 
     /// The wait before the next attempt: today's backoff, or the

@@ -53,6 +53,13 @@ pub(super) trait Dialect: Send + Sync + 'static {
     const FOR_UPDATE: &'static str;
     /// The changes feed's extra condition (see the outbox migration).
     const FEED_HORIZON: &'static str;
+    /// After `deliveries d` in the webhook claim's candidates, and after
+    /// `deliveries e` in its "earliest pending version" lookup: SQLite,
+    /// which keeps no statistics, is told which index each walks
+    /// (`deliveries_due`, `deliveries_order`); PostgreSQL needs no hint,
+    /// each condition is written so that only one index serves it.
+    const DUE_ORDER: &'static str;
+    const ITEM_ORDER: &'static str;
     /// Outbox rows after the cursor `($1 txid, $2 seq)`, and the feed's
     /// order. PostgreSQL orders by the writing transaction's id, then
     /// `seq`; on SQLite (one writer) `txid` is always 0 and the order is

@@ -131,6 +131,8 @@ impl Dialect for PgStore {
     const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
     const FOR_UPDATE: &'static str = " FOR UPDATE";
     const FEED_HORIZON: &'static str = " AND txid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint";
+    const DUE_ORDER: &'static str = "";
+    const ITEM_ORDER: &'static str = "";
     const FEED_AFTER: &'static str = "(txid > $1 OR (txid = $1 AND seq > $2))";
     const FEED_ORDER: &'static str = "txid, seq";
     const FEED_ORDER_DESC: &'static str = "txid DESC, seq DESC";

@@ -465,22 +465,28 @@ async fn deliveries_are_claimed_in_version_order(setup: Setup) {
             .unwrap()
             .id
     };
+    let record = |id: i64, attempts: i64, outcome: DeliveryOutcome| {
+        let store = store.clone();
+        async move {
+            let r = DeliveryResult { id, attempts, outcome };
+            store.record_deliveries(&[r]).await.unwrap()[0]
+        }
+    };
+    let retry = |at: i64, error: &str| DeliveryOutcome::Retry {
+        at,
+        error: error.to_string(),
+    };
+    let dead = |error: &str| DeliveryOutcome::Dead {
+        error: error.to_string(),
+    };
     // Version 1 fails and is retried later: version 2 must still wait.
-    assert!(
-        store
-            .delivery_failed(id_of(1), 1, "HTTP 500", Some(now + 10))
-            .await
-            .unwrap()
-    );
+    assert!(record(id_of(1), 1, retry(now + 10, "HTTP 500")).await);
     assert_eq!(claim(now + 5, BOTH).await, Vec::<(String, i64)>::new());
     assert_eq!(claim(now + 20, BOTH).await, vec![("all".to_string(), 1)]);
     // The first attempt's dispatcher, resuming late, cannot move the second
     // claim's retry nor kill the delivery under it.
-    for retry_at in [Some(now + 5_000), None] {
-        assert!(
-            !store.delivery_failed(id_of(1), 1, "late", retry_at).await.unwrap(),
-            "a failure of an earlier claim"
-        );
+    for late in [retry(now + 5_000, "late"), dead("late")] {
+        assert!(!record(id_of(1), 1, late).await, "a failure of an earlier claim");
     }
     let v1 = store.deliveries(true, 100).await.unwrap();
     let v1 = v1.iter().find(|d| d.id == id_of(1)).unwrap();
@@ -488,10 +494,23 @@ async fn deliveries_are_claimed_in_version_order(setup: Setup) {
         (v1.status, v1.attempts, v1.next_attempt_at, v1.last_error.as_deref()),
         (DeliveryStatus::Pending, 2, now + 20 + 1_000, Some("HTTP 500"))
     );
-    store.delivery_succeeded(id_of(1), now + 21).await.unwrap();
+    // Results recorded together are each decided on their own.
+    let together = [
+        DeliveryResult {
+            id: id_of(1),
+            attempts: 1,
+            outcome: dead("late again"),
+        },
+        DeliveryResult {
+            id: id_of(1),
+            attempts: 2,
+            outcome: DeliveryOutcome::Delivered { at: now + 21 },
+        },
+    ];
+    assert_eq!(store.record_deliveries(&together).await.unwrap(), [false, true]);
     assert_eq!(claim(now + 22, BOTH).await, vec![("all".to_string(), 2)]);
     // A dead delivery no longer holds the item back; replay makes it pending again.
-    assert!(store.delivery_failed(id_of(2), 1, "HTTP 410", None).await.unwrap());
+    assert!(record(id_of(2), 1, dead("HTTP 410")).await);
     assert_eq!(claim(now + 23, BOTH).await, vec![("all".to_string(), 3)]);
     let dead = store.deliveries(false, 100).await.unwrap();
     assert_eq!(dead.len(), 1);
@@ -1364,7 +1383,12 @@ async fn retention_deletes_only_what_is_past_its_time(setup: Setup) {
         .await
         .unwrap();
     assert_eq!(claimed.len(), 1, "version 1 first");
-    store.delivery_succeeded(claimed[0].id, now_ms()).await.unwrap();
+    let delivered = DeliveryResult {
+        id: claimed[0].id,
+        attempts: claimed[0].attempts,
+        outcome: DeliveryOutcome::Delivered { at: now_ms() },
+    };
+    assert_eq!(store.record_deliveries(&[delivered]).await.unwrap(), [true]);
     // Keep everything younger than an hour: nothing goes.
     let policy = RetentionPolicy {
         outbox_ms: Some(3_600_000),

@@ -403,6 +403,8 @@ impl Dialect for SqliteStore {
     const SKIP_LOCKED: &'static str = "";
     const FOR_UPDATE: &'static str = "";
     const FEED_HORIZON: &'static str = "";
+    const DUE_ORDER: &'static str = " INDEXED BY deliveries_due";
+    const ITEM_ORDER: &'static str = " INDEXED BY deliveries_order";
     const FEED_AFTER: &'static str = "(seq > $2 AND txid = $1)";
     const FEED_ORDER: &'static str = "seq";
     const FEED_ORDER_DESC: &'static str = "seq DESC";
