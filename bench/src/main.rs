@@ -20,6 +20,7 @@ mod report;
 mod signals;
 mod standing;
 mod system;
+mod webhooks;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -77,7 +78,7 @@ fn main() -> anyhow::Result<()> {
             // this process; the rest measure a server (B14 its list matchers
             // in this process too).
             let servers = [
-                "B3", "B4", "B5", "B7", "B8", "B9", "B10", "B11", "B12", "B13", "B14", "B16", "B17",
+                "B3", "B4", "B5", "B7", "B8", "B9", "B10", "B11", "B12", "B13", "B14", "B16", "B17", "B18",
             ];
             anyhow::ensure!(
                 gavel.is_file() || !servers.iter().any(|id| wants(id)),
@@ -105,6 +106,10 @@ fn main() -> anyhow::Result<()> {
             if wants("B10") {
                 eprintln!("B10: draining a backlog, embedded and PostgreSQL + Redis…");
                 figures.extend(backlog::b10(&gavel, sizes).await?);
+            }
+            if wants("B18") {
+                eprintln!("B18: a webhook backlog after an outage, embedded and PostgreSQL + Redis…");
+                figures.extend(webhooks::b18(&gavel, sizes).await?);
             }
             if wants("B5") {
                 eprintln!("B5: a 1,000-event burst…");
