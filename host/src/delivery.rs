@@ -48,8 +48,16 @@ const RECORD_BATCH: usize = 256;
 /// until it is recorded.
 struct Attempted {
     result: DeliveryResult,
-    label: &'static str,
-    _slot: OwnedSemaphorePermit,
+    slot: OwnedSemaphorePermit,
+}
+
+/// The `gavel_deliveries_total` label of a recorded result.
+fn result_label(outcome: &DeliveryOutcome) -> &'static str {
+    match outcome {
+        DeliveryOutcome::Delivered { .. } => "delivered",
+        DeliveryOutcome::Retry { .. } => "retry",
+        DeliveryOutcome::Dead { .. } => "dead",
+    }
 }
 
 /// The webhook dispatcher of one process.
@@ -178,13 +186,9 @@ impl Dispatcher {
                 let this = self.clone();
                 let attempted = attempted.clone();
                 tokio::spawn(async move {
-                    if let Some((label, result)) = this.deliver(delivery).await {
+                    if let Some(result) = this.deliver(delivery).await {
                         // The slot is given back once the result is stored.
-                        let _ = attempted.send(Attempted {
-                            result,
-                            label,
-                            _slot: permit,
-                        });
+                        let _ = attempted.send(Attempted { result, slot: permit });
                     }
                 });
             }
@@ -222,13 +226,15 @@ impl Dispatcher {
     async fn record(self: Arc<Self>, mut results: mpsc::UnboundedReceiver<Attempted>) {
         let mut batch = Vec::new();
         while results.recv_many(&mut batch, RECORD_BATCH).await > 0 {
-            let rows: Vec<DeliveryResult> = batch.iter().map(|a| a.result.clone()).collect();
+            // The slots are given back when `_slots` drops, after the write.
+            let (rows, _slots): (Vec<DeliveryResult>, Vec<OwnedSemaphorePermit>) =
+                batch.drain(..).map(|a| (a.result, a.slot)).unzip();
             match self.store.record_deliveries(&rows).await {
                 Ok(changed) => {
-                    for (a, changed) in batch.iter().zip(changed) {
-                        if !changed && !matches!(a.result.outcome, DeliveryOutcome::Delivered { .. }) {
+                    for (r, changed) in rows.iter().zip(changed) {
+                        if !changed && !matches!(r.outcome, DeliveryOutcome::Delivered { .. }) {
                             tracing::info!(
-                                delivery = a.result.id,
+                                delivery = r.id,
                                 "delivery claimed again since this attempt began; its failure is not recorded"
                             );
                         }
@@ -237,20 +243,21 @@ impl Dispatcher {
                 // Their claims run out and they are attempted again: at least once.
                 Err(e) => tracing::warn!(deliveries = rows.len(), error = %e, "delivery: cannot record the results"),
             }
-            for a in &batch {
+            for r in &rows {
                 self.metrics
                     .deliveries
-                    .get_or_create(&ResultLabel { result: a.label })
+                    .get_or_create(&ResultLabel {
+                        result: result_label(&r.outcome),
+                    })
                     .inc();
             }
-            batch.clear();
         }
     }
 
     /// Sends one claimed delivery; the result to record, unless there is
     /// nothing to record (an endpoint that answered 410 Gone is disabled
     /// and the delivery waits, in one write of its own).
-    async fn deliver(&self, d: ClaimedDelivery) -> Option<(&'static str, DeliveryResult)> {
+    async fn deliver(&self, d: ClaimedDelivery) -> Option<DeliveryResult> {
         let span = tracing::info_span!(
             "delivery.send",
             endpoint = %d.endpoint,
@@ -262,14 +269,14 @@ impl Dispatcher {
         self.attempt(&d).instrument(span).await
     }
 
-    async fn attempt(&self, d: &ClaimedDelivery) -> Option<(&'static str, DeliveryResult)> {
+    async fn attempt(&self, d: &ClaimedDelivery) -> Option<DeliveryResult> {
         // Claimed only for known endpoints; the configuration is fixed for
         // the life of the process.
         let endpoint = self.endpoints.get(&d.endpoint)?;
         let result = self.post(endpoint, d).await;
         let now = now_ms();
-        let (label, outcome) = match result {
-            Ok(()) => ("delivered", DeliveryOutcome::Delivered { at: now }),
+        let outcome = match result {
+            Ok(()) => DeliveryOutcome::Delivered { at: now },
             Err(failure) if failure.gone => {
                 if let Err(e) = self.disable(d, &failure, now).await {
                     // The lease runs out and the delivery is attempted again.
@@ -285,20 +292,19 @@ impl Dispatcher {
                 let error = failure.reason.clone();
                 if d.attempts >= i64::from(self.config.max_attempts) {
                     tracing::error!(%error, "delivery dead-lettered; replay it once the endpoint works");
-                    ("dead", DeliveryOutcome::Dead { error })
+                    DeliveryOutcome::Dead { error }
                 } else {
                     let wait = self.retry_in_ms(d, &failure);
                     tracing::warn!(%error, retry_in_ms = wait, "delivery failed; retrying");
-                    ("retry", DeliveryOutcome::Retry { at: now + wait, error })
+                    DeliveryOutcome::Retry { at: now + wait, error }
                 }
             }
         };
-        let result = DeliveryResult {
+        Some(DeliveryResult {
             id: d.id,
             attempts: d.attempts,
             outcome,
-        };
-        Some((label, result))
+        })
     }
 
     /// The wait before the next attempt: today's backoff, or the
