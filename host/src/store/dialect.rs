@@ -65,6 +65,11 @@ pub(super) trait Dialect: Send + Sync + 'static {
     /// `seq`; on SQLite (one writer) `txid` is always 0 and the order is
     /// `seq` alone, the table's own key, so no index holds it.
     const FEED_AFTER: &'static str;
+    /// The outbox row `o` is after the cursor row `c` (a `webhook_cursors`
+    /// row): a range search from the cursor on both stores (a row
+    /// comparison on PostgreSQL's `outbox_feed`, `seq` on SQLite), where
+    /// the `OR` of its definition read the whole outbox.
+    const FEED_AFTER_CURSOR: &'static str;
     const FEED_ORDER: &'static str;
     const FEED_ORDER_DESC: &'static str;
     /// The database's own clock, in milliseconds since the epoch: leases

@@ -230,6 +230,29 @@ pub trait Outbox: Send + Sync {
 }
 
 /// Instantiates [`Outbox`] for one backend.
+/// The fan-out's first, cheap read, run on every dispatcher round: whether
+/// any of `endpoints` cursors has outbox events after it. Its plan is a
+/// range search from each cursor, whatever the outbox's size.
+pub(super) fn fan_out_check<S: super::dialect::Dialect>(endpoints: usize) -> String {
+    format!(
+        "SELECT 1 FROM webhook_cursors c WHERE c.endpoint IN ({}) \
+         AND EXISTS (SELECT 1 FROM outbox o WHERE {}) LIMIT 1",
+        super::dialect::placeholders(1, endpoints),
+        S::FEED_AFTER_CURSOR
+    )
+}
+
+/// [`fan_out_check`]'s statement on PostgreSQL or SQLite, for the tests
+/// that read its plan.
+#[doc(hidden)]
+pub fn fan_out_check_sql(postgres: bool, endpoints: usize) -> String {
+    if postgres {
+        fan_out_check::<super::PgStore>(endpoints)
+    } else {
+        fan_out_check::<super::SqliteStore>(endpoints)
+    }
+}
+
 macro_rules! impl_outbox {
     ($store:ty, $db:ty, $row:ty) => {
         const _: () = {
@@ -418,10 +441,11 @@ macro_rules! impl_outbox {
                      WHERE e.item_id = d.item_id AND e.status = 'pending' AND e.endpoint IS NOT DISTINCT FROM $4) \
                      AND NOT EXISTS (SELECT 1 FROM outbox o JOIN webhook_cursors c ON c.endpoint = $4 \
                      WHERE o.item_id = d.item_id AND o.item_version < d.item_version \
-                     AND (o.txid > c.txid OR (o.txid = c.txid AND o.seq > c.seq))) \
+                     AND {}) \
                      ORDER BY d.next_attempt_at, d.id LIMIT $3{}) RETURNING id, event_id, endpoint, attempts",
                     <$store as Dialect>::DUE_ORDER,
                     <$store as Dialect>::ITEM_ORDER,
+                    <$store as Dialect>::FEED_AFTER_CURSOR,
                     <$store as Dialect>::SKIP_LOCKED
                 )
             });
@@ -504,11 +528,7 @@ macro_rules! impl_outbox {
                     }
                     // A cheap read first: the write transaction (on SQLite, the
                     // one write lock) only when some cursor has events after it.
-                    let pending = format!(
-                        "SELECT 1 FROM webhook_cursors c WHERE c.endpoint IN ({}) AND EXISTS (SELECT 1 FROM outbox o \
-                         WHERE o.txid > c.txid OR (o.txid = c.txid AND o.seq > c.seq)) LIMIT 1",
-                        placeholders(1, endpoints.len())
-                    );
+                    let pending = $crate::store::outbox::fan_out_check::<$store>(endpoints.len());
                     let mut q = sqlx::query(&pending);
                     for e in endpoints {
                         q = q.bind(&e.name);

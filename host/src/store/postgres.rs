@@ -133,7 +133,8 @@ impl Dialect for PgStore {
     const FEED_HORIZON: &'static str = " AND txid < pg_snapshot_xmin(pg_current_snapshot())::text::bigint";
     const DUE_ORDER: &'static str = "";
     const ITEM_ORDER: &'static str = "";
-    const FEED_AFTER: &'static str = "(txid > $1 OR (txid = $1 AND seq > $2))";
+    const FEED_AFTER: &'static str = "((txid, seq) > ($1, $2))";
+    const FEED_AFTER_CURSOR: &'static str = "((o.txid, o.seq) > (c.txid, c.seq))";
     const FEED_ORDER: &'static str = "txid, seq";
     const FEED_ORDER_DESC: &'static str = "txid DESC, seq DESC";
     const NOW_MS: &'static str = "(EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::bigint";

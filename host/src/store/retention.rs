@@ -230,11 +230,14 @@ macro_rules! impl_retention {
                             // Past its time, no delivery left, and every endpoint's
                             // cursor past it (a cursor that has not moved for the
                             // whole period belongs to an endpoint nobody serves).
-                            "DELETE FROM outbox WHERE seq IN (SELECT o.seq FROM outbox o WHERE o.seq <= $3 \
-                             AND o.created_at < $1 \
-                             AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = o.event_id) \
-                             AND NOT EXISTS (SELECT 1 FROM webhook_cursors c WHERE c.updated_at >= $1 \
-                             AND (o.txid > c.txid OR (o.txid = c.txid AND o.seq > c.seq))) LIMIT $2)",
+                            &format!(
+                                "DELETE FROM outbox WHERE seq IN (SELECT o.seq FROM outbox o WHERE o.seq <= $3 \
+                                 AND o.created_at < $1 \
+                                 AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = o.event_id) \
+                                 AND NOT EXISTS (SELECT 1 FROM webhook_cursors c WHERE c.updated_at >= $1 \
+                                 AND {}) LIMIT $2)",
+                                <$store as Dialect>::FEED_AFTER_CURSOR
+                            ),
                             now - keep,
                             p.chunk,
                         )

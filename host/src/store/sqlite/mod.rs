@@ -406,6 +406,7 @@ impl Dialect for SqliteStore {
     const DUE_ORDER: &'static str = " INDEXED BY deliveries_due";
     const ITEM_ORDER: &'static str = " INDEXED BY deliveries_order";
     const FEED_AFTER: &'static str = "(seq > $2 AND txid = $1)";
+    const FEED_AFTER_CURSOR: &'static str = "(o.seq > c.seq AND o.txid = c.txid)";
     const FEED_ORDER: &'static str = "seq";
     const FEED_ORDER_DESC: &'static str = "seq DESC";
     const NOW_MS: &'static str = "CAST(unixepoch('subsec') * 1000 AS INTEGER)";
