@@ -229,7 +229,6 @@ pub trait Outbox: Send + Sync {
     async fn changes(&self, client: Option<&str>, after: ChangeCursor, limit: i64) -> StoreResult<Vec<Change>>;
 }
 
-/// Instantiates [`Outbox`] for one backend.
 /// The fan-out's first, cheap read, run on every dispatcher round: whether
 /// any of `endpoints` cursors has outbox events after it. Its plan is a
 /// range search from each cursor, whatever the outbox's size.
@@ -253,6 +252,7 @@ pub fn fan_out_check_sql(postgres: bool, endpoints: usize) -> String {
     }
 }
 
+/// Instantiates [`Outbox`] for one backend.
 macro_rules! impl_outbox {
     ($store:ty, $db:ty, $row:ty) => {
         const _: () = {
