@@ -1713,6 +1713,17 @@ async fn pending_items_are_paged_without_gaps(setup: Setup) {
     assert_eq!(older, expected[..5]);
 }
 
+/// The lines of SQLite's `EXPLAIN QUERY PLAN` for `sql`, its parameters
+/// bound to `binds` in order.
+async fn sqlite_plan(conn: &mut sqlx::SqliteConnection, sql: &str, binds: &[&str]) -> Vec<String> {
+    let explain = format!("EXPLAIN QUERY PLAN {sql}");
+    let mut query = sqlx::query_as::<_, (i64, i64, i64, String)>(&explain);
+    for b in binds {
+        query = query.bind(*b);
+    }
+    query.fetch_all(conn).await.unwrap().into_iter().map(|r| r.3).collect()
+}
+
 /// A version's reversal figures read the partial index of its actions
 /// (`decisions_actions`) on both stores: the queries' condition on the
 /// verdict (`plugins::ACTING_VERDICTS`) is one the planner can match to the
@@ -1745,13 +1756,7 @@ async fn reversal_figures_read_the_actions_index(setup: Setup) {
         assert!(plan.iter().any(|line| line.contains("decisions_actions")), "{plan:#?}");
     } else {
         let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
-        let plan: Vec<String> = sqlx::query_as::<_, (i64, i64, i64, String)>(&format!("EXPLAIN QUERY PLAN {actions}"))
-            .fetch_all(&mut conn)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|r| r.3)
-            .collect();
+        let plan = sqlite_plan(&mut conn, &actions, &[]).await;
         assert!(
             plan.iter().any(|line| line.contains("USING INDEX decisions_actions")),
             "{plan:#?}"
@@ -1805,15 +1810,7 @@ async fn the_fan_out_check_searches_from_the_cursor(setup: Setup) {
         assert!(!plan.iter().any(|line| line.contains("Scan on outbox")), "{plan:#?}");
     } else {
         let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
-        let plan: Vec<String> = sqlx::query_as::<_, (i64, i64, i64, String)>(&format!("EXPLAIN QUERY PLAN {check}"))
-            .bind("a")
-            .bind("b")
-            .fetch_all(&mut conn)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|r| r.3)
-            .collect();
+        let plan = sqlite_plan(&mut conn, &check, &["a", "b"]).await;
         assert!(
             plan.iter()
                 .any(|line| line == "SEARCH o USING INTEGER PRIMARY KEY (rowid>?)"),
