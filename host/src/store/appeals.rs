@@ -194,6 +194,19 @@ pub(super) fn figures(rows: Vec<AppealRow>) -> Vec<AppealFigures> {
         .collect()
 }
 
+/// A page of the appeals in status `$1` after the cursor `(opened_at, id)`
+/// = (`$2`, `$3`), at most `$4`, on both stores: a row comparison, read
+/// as a range of `appeals_by_status` (see [`super::items::review_page_after`]).
+pub(crate) fn queue_page() -> &'static str {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT {APPEAL_COLUMNS} FROM appeals WHERE status = $1 AND (opened_at, id) > ($2, $3) \
+             ORDER BY opened_at, id LIMIT $4"
+        )
+    });
+    &SQL
+}
+
 /// Instantiates [`Appeals`] for one backend.
 macro_rules! impl_appeals {
     ($store:ty, $db:ty, $row:ty) => {
@@ -308,10 +321,7 @@ macro_rules! impl_appeals {
                     limit: i64,
                 ) -> StoreResult<Vec<Appeal>> {
                     let (at, id) = after.unwrap_or((i64::MIN, ""));
-                    sqlx::query(&format!(
-                        "SELECT {APPEAL_COLUMNS} FROM appeals WHERE status = $1 \
-                         AND (opened_at > $2 OR (opened_at = $2 AND id > $3)) ORDER BY opened_at, id LIMIT $4"
-                    ))
+                    sqlx::query($crate::store::appeals::queue_page())
                     .bind(status.as_str())
                     .bind(at)
                     .bind(id)

@@ -288,7 +288,8 @@ pub(crate) fn page_sql(table: ExportTable, client: bool) -> String {
         ExportTable::Authors => (
             "SELECT i.client, i.author, i.status, i.version, i.decided_by, i.strikes, i.first_seen, i.last_seen, \
              i.updated_at FROM authors i",
-            format!("(i.client > ${k} OR (i.client = ${k} AND i.author > ${}))", k + 1),
+            // A row comparison: a range of the primary key on both stores.
+            format!("(i.client, i.author) > (${k}, ${})", k + 1),
             "i.last_seen",
             "i.client, i.author",
         ),

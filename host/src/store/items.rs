@@ -440,6 +440,23 @@ pub async fn moderate(store: &dyn Items, m: &Moderation<'_>) -> StoreResult<Mode
     )))
 }
 
+/// The review queue's page after the cursor `(updated_at, id)` = (`$1`,
+/// `$2`), at most `$3` items, on both stores. The cursor is a row
+/// comparison, which both planners read as a range of `items_review`:
+/// written `updated_at > $1 OR (updated_at = $1 AND id > $2)`,
+/// PostgreSQL filters every held item before the cursor, so a page deep in
+/// a long queue cost a read of all of the queue before it.
+pub(crate) fn review_page_after() -> &'static str {
+    static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "SELECT {} FROM items WHERE status = 'held_for_review' AND (updated_at, id) > ($1, $2) \
+             ORDER BY updated_at, id LIMIT $3",
+            super::shared::ITEM_COLUMNS
+        )
+    });
+    &SQL
+}
+
 /// Instantiates [`Items`] for one backend (see `sqlite.rs`).
 macro_rules! impl_items {
     ($store:ty, $db:ty, $row:ty) => {
@@ -715,10 +732,7 @@ macro_rules! impl_items {
                             .await?
                         }
                         Some((at, id)) => {
-                            sqlx::query(&format!(
-                                "SELECT {columns} FROM items WHERE status = 'held_for_review' \
-                                 AND (updated_at > $1 OR (updated_at = $1 AND id > $2)) ORDER BY updated_at, id LIMIT $3"
-                            ))
+                            sqlx::query($crate::store::items::review_page_after())
                             .bind(*at)
                             .bind(id)
                             .bind(limit)

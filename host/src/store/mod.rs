@@ -249,3 +249,15 @@ pub async fn open_url(url: &str, max_connections: u32) -> anyhow::Result<SharedS
     })
     .await
 }
+
+/// The statements of the keyset pages read after a cursor of two columns
+/// (the review queue, an appeal queue, the authors export), one text on
+/// both stores, for the test that reads their plans.
+#[doc(hidden)]
+pub fn keyset_pages_sql() -> [&'static str; 3] {
+    [
+        items::review_page_after(),
+        appeals::queue_page(),
+        exports::sql_for(ExportTable::Authors, false),
+    ]
+}

@@ -1820,6 +1820,73 @@ async fn the_fan_out_check_searches_from_the_cursor(setup: Setup) {
     }
 }
 
+/// The keyset pages read after a two-column cursor (the review queue, an
+/// appeal queue, the authors export) search from the cursor on both
+/// stores: their cursor is a row comparison, an index range, where the
+/// `a > x OR (a = x AND b > y)` form had PostgreSQL read and filter every
+/// row before the cursor.
+async fn keyset_pages_search_from_the_cursor(setup: Setup) {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let url = setup.database_url(dir.path()).await;
+    let _store = gavel::store::open_url(&url, 1).await.unwrap();
+    let [review, appeals, authors] = gavel::store::keyset_pages_sql();
+    if url.starts_with("postgres") {
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        // Each statement's parameters as literals, in order.
+        let pages = [
+            (review, "5, 'x', 50", "ROW(updated_at, id) > ROW("),
+            (appeals, "'open', 5, 'x', 50", "ROW(opened_at, id) > ROW("),
+            (authors, "0, 10, 50, 'c', 'a'", "ROW(client, author) > ROW("),
+        ];
+        for (sql, args, range) in pages {
+            let mut tx = conn.begin().await.unwrap();
+            sqlx::raw_sql("SET LOCAL enable_seqscan = off")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            sqlx::raw_sql(&format!("PREPARE page AS {sql}"))
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            let plan: Vec<String> = sqlx::query_scalar(&format!("EXPLAIN EXECUTE page({args})"))
+                .fetch_all(&mut *tx)
+                .await
+                .unwrap();
+            tx.rollback().await.unwrap();
+            sqlx::raw_sql("DEALLOCATE page").execute(&mut conn).await.unwrap();
+            assert!(
+                plan.iter()
+                    .any(|line| line.contains("Index Cond:") && line.contains(range)),
+                "{sql}\n{plan:#?}"
+            );
+        }
+    } else {
+        let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        let pages = [
+            (
+                review,
+                &["5", "x", "50"][..],
+                "items_review (status=? AND (updated_at,id)>(?,?))",
+            ),
+            (
+                appeals,
+                &["open", "5", "x", "50"][..],
+                "appeals_by_status (status=? AND (opened_at,id)>(?,?))",
+            ),
+            (authors, &["0", "10", "50", "c", "a"][..], "((client,author)>(?,?))"),
+        ];
+        for (sql, binds, range) in pages {
+            let plan = sqlite_plan(&mut conn, sql, binds).await;
+            assert!(
+                plan.iter()
+                    .any(|line| line.starts_with("SEARCH") && line.ends_with(range)),
+                "{sql}\n{plan:#?}"
+            );
+        }
+    }
+}
+
 /// A database from before snapshots were numbered (migration 0060) keeps
 /// its history readable: the upgrade numbers every stored snapshot, points
 /// each decision at its own, leaves configs content-addressed, and a
@@ -1932,6 +1999,7 @@ gavel_tests::both!(
     stored_snapshots_are_numbered_on_upgrade,
     reversal_figures_read_the_actions_index,
     the_fan_out_check_searches_from_the_cursor,
+    keyset_pages_search_from_the_cursor,
 );
 gavel_tests::matrix!([embedded_only: Embedded] sqlite_commits_are_durable_by_default);
 gavel_tests::matrix!([distributed_only: Distributed] multi_item_writes_take_row_locks_in_one_order);
