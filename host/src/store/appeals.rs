@@ -196,7 +196,7 @@ pub(super) fn figures(rows: Vec<AppealRow>) -> Vec<AppealFigures> {
 
 /// A page of the appeals in status `$1` after the cursor `(opened_at, id)`
 /// = (`$2`, `$3`), at most `$4`, on both stores: a row comparison, read
-/// as a range of `appeals_by_status` (see [`super::items::review_page_after`]).
+/// as a range of `appeals_by_status` (see [`super::items::review_page`]).
 pub(crate) fn queue_page() -> &'static str {
     static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         format!(

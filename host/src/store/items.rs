@@ -441,12 +441,13 @@ pub async fn moderate(store: &dyn Items, m: &Moderation<'_>) -> StoreResult<Mode
 }
 
 /// The review queue's page after the cursor `(updated_at, id)` = (`$1`,
-/// `$2`), at most `$3` items, on both stores. The cursor is a row
+/// `$2`), at most `$3` items, on both stores (the first page is the one
+/// after `(i64::MIN, "")`). The cursor is a row
 /// comparison, which both planners read as a range of `items_review`:
 /// written `updated_at > $1 OR (updated_at = $1 AND id > $2)`,
 /// PostgreSQL filters every held item before the cursor, so a page deep in
 /// a long queue cost a read of all of the queue before it.
-pub(crate) fn review_page_after() -> &'static str {
+pub(crate) fn review_page() -> &'static str {
     static SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         format!(
             "SELECT {} FROM items WHERE status = 'held_for_review' AND (updated_at, id) > ($1, $2) \
@@ -720,27 +721,17 @@ macro_rules! impl_items {
                 }
 
                 async fn review_queue(&self, after: Option<&ReviewCursor>, limit: i64) -> StoreResult<Vec<Item>> {
-                    let columns = $crate::store::shared::ITEM_COLUMNS;
-                    let rows = match after {
-                        None => {
-                            sqlx::query(&format!(
-                                "SELECT {columns} FROM items WHERE status = 'held_for_review' \
-                                 ORDER BY updated_at, id LIMIT $1"
-                            ))
-                            .bind(limit)
-                            .fetch_all(self.read_pool())
-                            .await?
-                        }
-                        Some((at, id)) => {
-                            sqlx::query($crate::store::items::review_page_after())
-                            .bind(*at)
-                            .bind(id)
-                            .bind(limit)
-                            .fetch_all(self.read_pool())
-                            .await?
-                        }
-                    };
-                    rows.iter().map(txn::item_from_row).collect()
+                    // The first page is the page after a cursor before every item.
+                    let (at, id) = after.map_or((i64::MIN, ""), |(at, id)| (*at, id.as_str()));
+                    sqlx::query($crate::store::items::review_page())
+                        .bind(at)
+                        .bind(id)
+                        .bind(limit)
+                        .fetch_all(self.read_pool())
+                        .await?
+                        .iter()
+                        .map(txn::item_from_row)
+                        .collect()
                 }
 
                 async fn author_items(&self, client: &str, author: &str, limit: i64) -> StoreResult<Vec<Item>> {

@@ -256,7 +256,7 @@ pub async fn open_url(url: &str, max_connections: u32) -> anyhow::Result<SharedS
 #[doc(hidden)]
 pub fn keyset_pages_sql() -> [&'static str; 3] {
     [
-        items::review_page_after(),
+        items::review_page(),
         appeals::queue_page(),
         exports::sql_for(ExportTable::Authors, false),
     ]
